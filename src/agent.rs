@@ -1,0 +1,244 @@
+//! The vRouter agent's port-IPC REST API on the node's loopback: a thin client around
+//! `vmi`'s parsers, and polling with a bounded total wait.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cni::{Error, Result, code};
+use crate::config::Contrail;
+use crate::state::Record;
+use crate::vmi::{self, IpConfig, Vmi};
+
+/// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`] (or
+/// poll-timeout if that is shorter), so an agent that is ready within milliseconds is seen
+/// within milliseconds, and one that takes seconds is asked a few times a second.
+const FIRST_POLL_PAUSE: Duration = Duration::from_millis(5);
+const MAX_POLL_PAUSE: Duration = Duration::from_millis(160);
+/// Answers are a few hundred bytes; anything this large is not the agent.
+const MAX_BODY: u64 = 1 << 20;
+
+pub struct Agent {
+    http: ureq::Agent,
+    base: String,
+    poll_timeout: Duration,
+    budget: Duration,
+}
+
+/// One poll's outcome: the answer, or why it is not there yet.
+pub enum Poll<T> {
+    Ready(T),
+    NotYet(String),
+}
+
+impl Agent {
+    pub fn new(conf: &Contrail) -> Agent {
+        let http = ureq::Agent::config_builder()
+            // The agent is on loopback: a proxy from the environment would only break it.
+            .proxy(None)
+            .http_status_as_error(false)
+            .timeout_connect(Some(conf.poll_timeout.min(Duration::from_secs(1))))
+            .timeout_global(Some(conf.poll_timeout))
+            .user_agent("contrail-k8s-cni")
+            .build()
+            .into();
+        let base = match conf.vrouter_ip {
+            std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
+            std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),
+        };
+        Agent {
+            http,
+            base,
+            poll_timeout: conf.poll_timeout,
+            budget: conf.poll_budget(),
+        }
+    }
+
+    /// One request; `Ok(None)` on 404. Transport failures and other statuses are `Err` with a
+    /// message naming the agent; only the status code counts (error bodies are not JSON).
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>> {
+        let url = format!("{}{path}", self.base);
+        let transport = |e: ureq::Error| {
+            Error::new(
+                code::TRY_AGAIN_LATER,
+                format!(
+                    "vRouter agent at {} did not answer {method} {path}: {e}",
+                    self.base
+                ),
+            )
+        };
+        let t = Some(timeout);
+        let mut resp = match (method, body) {
+            ("POST", Some(b)) => self
+                .http
+                .post(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .send_json(b),
+            ("DELETE", _) => self
+                .http
+                .delete(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .call(),
+            _ => self
+                .http
+                .get(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .call(),
+        }
+        .map_err(transport)?;
+        match resp.status().as_u16() {
+            200 => resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_BODY)
+                .read_to_vec()
+                .map(Some)
+                .map_err(transport),
+            404 => Ok(None),
+            status => Err(Error::new(
+                code::TRY_AGAIN_LATER,
+                format!(
+                    "vRouter agent at {} answered {method} {path} with HTTP {status}",
+                    self.base
+                ),
+            )),
+        }
+    }
+
+    /// Polls `attempt` until it is ready, pausing 5 ms, 10 ms, ... up to the cap, for at most
+    /// poll-timeout x poll-retries in all. Decode errors end the wait at once: garbage does not
+    /// get better by asking again.
+    pub fn poll<T>(
+        &self,
+        what: &str,
+        mut attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let deadline = start + self.budget;
+        let mut pause = FIRST_POLL_PAUSE;
+        let mut last;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match attempt(
+                self,
+                left.min(self.poll_timeout).max(Duration::from_millis(1)),
+            ) {
+                Ok(Poll::Ready(t)) => return Ok(t),
+                Ok(Poll::NotYet(why)) => last = why,
+                Err(e) if e.code == code::TRY_AGAIN_LATER => last = e.msg,
+                Err(e) => return Err(e),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::new(
+                    code::TRY_AGAIN_LATER,
+                    format!(
+                        "gave up after {:.1}s (poll-timeout x poll-retries) waiting for {what}; last: {last}",
+                        start.elapsed().as_secs_f64()
+                    ),
+                ));
+            }
+            thread::sleep(pause.min(left));
+            pause = (pause * 2).min(MAX_POLL_PAUSE).min(self.poll_timeout);
+        }
+    }
+
+    /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs.
+    pub fn wait_for_pod(&self, vm_name: &str) -> Result<Vec<Vmi>> {
+        let path = format!("/vm-cfg/{vm_name}");
+        self.poll(
+            &format!("the agent to know every interface of pod {vm_name}"),
+            |agent, timeout| {
+                let Some(body) = agent.request("GET", &path, None, timeout)? else {
+                    return Ok(Poll::NotYet(format!(
+                        "GET {path}: 404, the agent does not know the pod yet"
+                    )));
+                };
+                let vmis = vmi::parse_cfg(&body)?;
+                if vmi::complete(&vmis) {
+                    return Ok(Poll::Ready(vmis));
+                }
+                let n = vmis.first().map_or(0, |v| v.count);
+                Ok(Poll::NotYet(format!(
+                    "GET {path}: {} of {n} interfaces known",
+                    vmis.len()
+                )))
+            },
+        )
+    }
+
+    /// `GET /vm/<vm-uuid>/<vmi-uuid>` once: `Ok(None)` while the agent has no IP config.
+    pub fn ip_config(
+        &self,
+        vm_uuid: &str,
+        vmi_uuid: &str,
+        timeout: Duration,
+    ) -> Result<Option<IpConfig>> {
+        let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
+        self.request("GET", &path, None, timeout)?
+            .map(|body| vmi::parse_ip(&body, vmi_uuid))
+            .transpose()
+    }
+
+    /// Polls the VMI's IP config until the agent has it.
+    pub fn wait_for_ip(&self, vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> {
+        self.poll(
+            &format!("the IP address of VMI {vmi_uuid}"),
+            |agent, timeout| {
+                Ok(match agent.ip_config(vm_uuid, vmi_uuid, timeout)? {
+                    Some(ip) => Poll::Ready(ip),
+                    None => Poll::NotYet(format!(
+                        "GET /vm/{vm_uuid}/{vmi_uuid}: 404, no IP config yet"
+                    )),
+                })
+            },
+        )
+    }
+
+    /// The VMIs among `uuids` that the agent reports a host interface for. One quick look, no
+    /// waiting: used only to tell repeated attachments of one network apart.
+    pub fn registered(&self, vm_uuid: &str, uuids: &[&str]) -> Vec<String> {
+        uuids
+            .iter()
+            .filter(|u| matches!(self.ip_config(vm_uuid, u, self.poll_timeout), Ok(Some(ip)) if ip.registered_as.is_some()))
+            .map(|u| u.to_string())
+            .collect()
+    }
+
+    /// `POST /vm`: registers the created port, retried within the poll budget.
+    pub fn register(&self, record: &Record) -> Result<()> {
+        let body =
+            serde_json::to_value(record).map_err(|e| Error::new(code::INTERNAL, e.to_string()))?;
+        self.poll(
+            &format!(
+                "the agent to accept port {} of VMI {}",
+                record.host_ifname, record.vmi_uuid
+            ),
+            |agent, t| {
+                Ok(match agent.request("POST", "/vm", Some(&body), t)? {
+                    Some(_) => Poll::Ready(()),
+                    None => Poll::NotYet("POST /vm: 404".into()),
+                })
+            },
+        )
+    }
+
+    /// `DELETE /vm/<vm-uuid>`: removes every port of the pod from the agent. One try.
+    pub fn unregister_pod(&self, vm_uuid: &str) -> Result<()> {
+        self.request("DELETE", &format!("/vm/{vm_uuid}"), None, self.poll_timeout)
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,349 @@
+//! The attachment engine: creates, checks and removes the veth of one VMI. Plugin mode calls it
+//! once per invocation; thick mode once per VMI of the pod.
+
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+
+use crate::cni::{self, Error, Interface, Outcome, Result, code};
+use crate::netlink::{self, Netlink, Netns, Route, Socket, VethEnd};
+use crate::vmi::{IpConfig, Mac};
+
+/// Everything needed to build one interface: plain data, decided before any effect.
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    pub host_ifname: &'a str,
+    pub ifname: &'a str,
+    pub netns_path: &'a str,
+    pub mac: Mac,
+    pub mtu: u32,
+    pub ip: &'a IpConfig,
+    /// Whether this interface carries the pod's default route.
+    pub default_route: bool,
+}
+
+fn link_err(e: netlink::Error) -> Error {
+    Error::new(code::INTERFACE, e.to_string())
+}
+
+/// An IPv6 network must carry at least 1280 bytes; say so before creating anything rather
+/// than fail later with a bare EINVAL.
+pub fn check_mtu(plan: &Plan) -> Result<()> {
+    if plan.ip.v6.is_some() && plan.mtu < 1280 {
+        return Err(Error::config(
+            "contrail.mtu",
+            format!(
+                "{} is below 1280, the IPv6 minimum, and interface {} gets an IPv6 address",
+                plan.mtu, plan.ifname
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The routes a plan installs in the container: an on-link host route to each gateway outside
+/// its address's prefix (an IPv6 /128 always), then the default routes if this interface
+/// carries them.
+pub fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
+    let gateways: Vec<(IpNetwork, IpAddr)> = [
+        plan.ip
+            .v4
+            .map(IpNetwork::V4)
+            .zip(plan.ip.v4_gateway.map(IpAddr::V4)),
+        plan.ip
+            .v6
+            .map(IpNetwork::V6)
+            .zip(plan.ip.v6_gateway.map(IpAddr::V6)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let on_link = gateways
+        .iter()
+        .filter(|(net, gw)| !net.contains(*gw))
+        .map(|(_, gw)| cni::Route {
+            dst: IpNetwork::from(*gw),
+            gw: None,
+        })
+        .collect();
+    let default = if plan.default_route {
+        gateways
+            .iter()
+            .map(|(_, gw)| {
+                let dst = if gw.is_ipv4() { "0.0.0.0/0" } else { "::/0" };
+                cni::Route {
+                    dst: dst.parse().expect("literal prefix"),
+                    gw: Some(*gw),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (on_link, default)
+}
+
+/// Creates and configures the interface. On failure it removes the veth it created, so the
+/// caller only has its own bookkeeping to undo.
+pub fn setup(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<Outcome> {
+    check_mtu(plan)?;
+    let host = nl.host().map_err(link_err)?;
+    let ctr = nl.open(netns).map_err(link_err)?;
+    if ctr.link(plan.ifname).map_err(link_err)?.is_some() {
+        return Err(Error::new(
+            code::INTERFACE,
+            format!(
+                "interface {} already exists in {}; another attachment owns that name",
+                plan.ifname, plan.netns_path
+            ),
+        ));
+    }
+    create_veth(&host, plan, netns)?;
+    configure(&host, &ctr, plan).inspect_err(|_| {
+        if let Err(e) = host.delete_link(plan.host_ifname) {
+            log::warn!("rollback: could not delete {}: {e}", plan.host_ifname);
+        }
+    })
+}
+
+fn create_veth(host: &Socket, plan: &Plan, netns: &Netns) -> Result<()> {
+    let host_end = VethEnd {
+        name: plan.host_ifname,
+        mac: None,
+        mtu: plan.mtu,
+    };
+    let peer = VethEnd {
+        name: plan.ifname,
+        mac: Some(plan.mac.0),
+        mtu: plan.mtu,
+    };
+    match host.create_veth(&host_end, &peer, netns) {
+        // The host name is derived from the VMI we now hold: whatever holds it is a leftover
+        // of an earlier sandbox or a crashed ADD whose DEL never came. Replace it.
+        Err(e) if e.is_exists() => {
+            log::info!("replacing leftover host interface {}", plan.host_ifname);
+            host.delete_link(plan.host_ifname).map_err(link_err)?;
+            host.create_veth(&host_end, &peer, netns).map_err(link_err)
+        }
+        other => other.map_err(link_err),
+    }
+}
+
+fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
+    let missing = |name: &str| {
+        Error::new(
+            code::INTERFACE,
+            format!("interface {name} vanished right after creation"),
+        )
+    };
+    let link = ctr
+        .link(plan.ifname)
+        .map_err(link_err)?
+        .ok_or_else(|| missing(plan.ifname))?;
+    ctr.set_up(link.index).map_err(link_err)?;
+    let addresses = plan.ip.addresses();
+    for addr in &addresses {
+        ctr.add_addr(link.index, *addr).map_err(link_err)?;
+    }
+    let (on_link, default) = routes(plan);
+    for r in on_link.iter().chain(&default) {
+        ctr.add_route(&Route { dst: r.dst, gateway: r.gw, oif: Some(link.index) }).map_err(|e| {
+            let hint = if e.is_exists() && r.gw.is_some() {
+                " (another interface of the pod already has a default route: is default-gw set on two networks?)"
+            } else {
+                ""
+            };
+            Error::new(code::INTERFACE, format!("{e}{hint}"))
+        })?;
+    }
+    let host_link = host
+        .link(plan.host_ifname)
+        .map_err(link_err)?
+        .ok_or_else(|| missing(plan.host_ifname))?;
+    host.set_up(host_link.index).map_err(link_err)?;
+
+    let ips = addresses
+        .iter()
+        .map(|a| cni::IpConfig {
+            address: *a,
+            gateway: match a {
+                IpNetwork::V4(_) => plan.ip.v4_gateway.map(IpAddr::V4),
+                IpNetwork::V6(_) => plan.ip.v6_gateway.map(IpAddr::V6),
+            },
+            interface: 1,
+        })
+        .collect();
+    Ok(Outcome {
+        interfaces: vec![
+            Interface {
+                name: plan.host_ifname.to_string(),
+                mac: host_link
+                    .mac
+                    .map(|m| Mac(m).to_string())
+                    .unwrap_or_default(),
+                mtu: plan.mtu,
+                sandbox: None,
+            },
+            Interface {
+                name: plan.ifname.to_string(),
+                mac: plan.mac.to_string(),
+                mtu: plan.mtu,
+                sandbox: Some(plan.netns_path.to_string()),
+            },
+        ],
+        ips,
+        routes: default,
+        nameservers: plan.ip.nameservers(),
+    })
+}
+
+/// Verifies that the container still has what [`setup`] created.
+pub fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
+    let fail = |what: String| Error::new(code::CHECK_FAILED, what);
+    let host = nl.host().map_err(link_err)?;
+    let ctr = nl.open(netns).map_err(link_err)?;
+    let link = ctr.link(plan.ifname).map_err(link_err)?.ok_or_else(|| {
+        fail(format!(
+            "interface {} is missing from {}",
+            plan.ifname, plan.netns_path
+        ))
+    })?;
+    if link.mac != Some(plan.mac.0) {
+        let has = link.mac.map(|m| Mac(m).to_string()).unwrap_or_default();
+        return Err(fail(format!(
+            "interface {} has MAC {has}, the agent says {}",
+            plan.ifname, plan.mac
+        )));
+    }
+    if !link.up {
+        return Err(fail(format!("interface {} is down", plan.ifname)));
+    }
+    let have = ctr.addrs(link.index).map_err(link_err)?;
+    for want in plan.ip.addresses() {
+        if !have.contains(&want) {
+            return Err(fail(format!(
+                "interface {} lacks address {want}",
+                plan.ifname
+            )));
+        }
+    }
+    let (_, default) = routes(plan);
+    for want in default {
+        let routes = ctr.routes(want.dst.is_ipv6()).map_err(link_err)?;
+        if !routes
+            .iter()
+            .any(|r| r.dst == want.dst && r.gateway == want.gw && r.oif == Some(link.index))
+        {
+            return Err(fail(format!(
+                "the default route via {} on {} is missing",
+                want.gw.map(|g| g.to_string()).unwrap_or_default(),
+                plan.ifname
+            )));
+        }
+    }
+    if host.link(plan.host_ifname).map_err(link_err)?.is_none() {
+        return Err(fail(format!(
+            "host interface {} is missing",
+            plan.host_ifname
+        )));
+    }
+    Ok(())
+}
+
+/// Removes the veth by its host name (which removes both ends, wherever the container end
+/// is); `Ok` when it is already gone, as after a node reboot or with the netns deleted.
+pub fn teardown(nl: &Netlink, host_ifname: &str) -> Result<()> {
+    let host = nl.host().map_err(link_err)?;
+    host.delete_link(host_ifname).map(|_| ()).map_err(link_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(v4: Option<&str>, v4gw: Option<&str>, v6: Option<&str>, v6gw: Option<&str>) -> IpConfig {
+        IpConfig {
+            v4: v4.map(|s| s.parse().unwrap()),
+            v4_gateway: v4gw.map(|s| s.parse().unwrap()),
+            v4_dns: None,
+            v6: v6.map(|s| s.parse().unwrap()),
+            v6_gateway: v6gw.map(|s| s.parse().unwrap()),
+            v6_dns: None,
+            mac: Mac([2, 0, 0, 0, 0, 1]),
+            registered_as: None,
+        }
+    }
+
+    fn plan<'a>(ip: &'a IpConfig, default_route: bool, mtu: u32) -> Plan<'a> {
+        Plan {
+            host_ifname: "tap000000000000",
+            ifname: "net1",
+            netns_path: "/run/netns/x",
+            mac: Mac([2, 0, 0, 0, 0, 1]),
+            mtu,
+            ip,
+            default_route,
+        }
+    }
+
+    #[test]
+    fn secondary_network_gets_no_default_route() {
+        let ip = ip(Some("10.1.0.3/24"), Some("10.1.0.1"), None, None);
+        let (on_link, default) = routes(&plan(&ip, false, 1500));
+        assert!(on_link.is_empty());
+        assert!(default.is_empty());
+    }
+
+    #[test]
+    fn default_gw_interface_gets_both_families() {
+        let ip = ip(
+            Some("10.1.0.3/24"),
+            Some("10.1.0.1"),
+            Some("fd00::3/128"),
+            Some("fd00::1"),
+        );
+        let (on_link, default) = routes(&plan(&ip, true, 1500));
+        // A /128 never contains its gateway: reach it on-link.
+        assert_eq!(
+            on_link,
+            vec![cni::Route {
+                dst: "fd00::1/128".parse().unwrap(),
+                gw: None
+            }]
+        );
+        assert_eq!(default.len(), 2);
+        assert_eq!(default[0].dst.to_string(), "0.0.0.0/0");
+        assert_eq!(default[1].dst.to_string(), "::/0");
+        assert_eq!(default[1].gw, Some("fd00::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn v6_with_prefix_and_v4_host_route() {
+        let ip = ip(
+            Some("10.1.0.3/32"),
+            Some("10.1.0.1"),
+            Some("fd00::3/64"),
+            Some("fd00::1"),
+        );
+        let (on_link, _) = routes(&plan(&ip, false, 1500));
+        assert_eq!(
+            on_link,
+            vec![cni::Route {
+                dst: "10.1.0.1/32".parse().unwrap(),
+                gw: None
+            }]
+        );
+    }
+
+    #[test]
+    fn v6_needs_1280() {
+        let v6 = ip(None, None, Some("fd00::3/64"), None);
+        assert_eq!(
+            check_mtu(&plan(&v6, false, 1279)).unwrap_err().code,
+            code::INVALID_CONFIG
+        );
+        assert!(check_mtu(&plan(&v6, false, 1280)).is_ok());
+        let v4 = ip(Some("10.1.0.3/24"), None, None, None);
+        assert!(check_mtu(&plan(&v4, false, 576)).is_ok());
+    }
+}

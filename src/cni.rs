@@ -1,0 +1,527 @@
+//! The CNI protocol: commands, versions, error objects and version-shaped results.
+//!
+//! Owned here rather than taken from the `cni-plugin` crate, which rejects cniVersion 0.3.x, GC
+//! and STATUS and drops 1.1 result fields (see the README's dependency notes).
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+use serde_json::{Value, json};
+
+/// Every version this plugin speaks, oldest first; VERSION reports them in this order.
+pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    V030,
+    V031,
+    V040,
+    V100,
+    V110,
+}
+
+impl Version {
+    pub const NEWEST: Version = Version::V110;
+
+    pub fn parse(s: &str) -> Option<Version> {
+        Some(match s {
+            "0.3.0" => Version::V030,
+            "0.3.1" => Version::V031,
+            "0.4.0" => Version::V040,
+            "1.0.0" => Version::V100,
+            "1.1.0" => Version::V110,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        SUPPORTED_VERSIONS[self as usize]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Version,
+    // GC and STATUS (CNI 1.1) slot in here.
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Version => "VERSION",
+        }
+    }
+}
+
+/// Reserved CNI error codes, and this plugin's own (100 and up).
+pub mod code {
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    pub const INVALID_ENV: u32 = 4;
+    pub const IO: u32 = 5;
+    pub const DECODE: u32 = 6;
+    pub const INVALID_CONFIG: u32 = 7;
+    pub const TRY_AGAIN_LATER: u32 = 11;
+    /// A panic caught before it reached the caller.
+    pub const INTERNAL: u32 = 100;
+    /// The agent knows the pod but none of its VMIs fits this attachment.
+    pub const NO_VMI: u32 = 101;
+    /// Creating or configuring the interface failed.
+    pub const INTERFACE: u32 = 102;
+    /// CHECK found the attachment different from what ADD created.
+    pub const CHECK_FAILED: u32 = 103;
+}
+
+/// A CNI error object: what every failure prints on stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub code: u32,
+    pub msg: String,
+}
+
+impl Error {
+    pub fn new(code: u32, msg: impl Into<String>) -> Error {
+        Error {
+            code,
+            msg: msg.into(),
+        }
+    }
+
+    /// Code 4, naming the variable.
+    pub fn env(var: &str, why: impl fmt::Display) -> Error {
+        Error::new(code::INVALID_ENV, format!("{var}: {why}"))
+    }
+
+    /// Code 7, naming the key.
+    pub fn config(key: &str, why: impl fmt::Display) -> Error {
+        Error::new(
+            code::INVALID_CONFIG,
+            format!("invalid network config: {key}: {why}"),
+        )
+    }
+
+    pub fn decode(what: impl fmt::Display) -> Error {
+        Error::new(code::DECODE, what.to_string())
+    }
+
+    pub fn io(what: impl fmt::Display) -> Error {
+        Error::new(code::IO, what.to_string())
+    }
+
+    pub fn to_json(&self, version: &str) -> Value {
+        json!({"cniVersion": version, "code": self.code, "msg": self.msg})
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (code {})", self.msg, self.code)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The VERSION answer.
+pub fn version_info(requested: Option<&str>) -> Value {
+    json!({
+        "cniVersion": requested.unwrap_or(Version::NEWEST.as_str()),
+        "supportedVersions": SUPPORTED_VERSIONS,
+    })
+}
+
+/// One interface of a result; `sandbox` is set only on the container side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    pub mac: String,
+    pub mtu: u32,
+    pub sandbox: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpConfig {
+    pub address: IpNetwork,
+    pub gateway: Option<IpAddr>,
+    /// Index into `interfaces`.
+    pub interface: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub dst: IpNetwork,
+    pub gw: Option<IpAddr>,
+}
+
+/// A version-independent result; [`Outcome::to_json`] shapes it for the caller's version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub interfaces: Vec<Interface>,
+    pub ips: Vec<IpConfig>,
+    pub routes: Vec<Route>,
+    pub nameservers: Vec<String>,
+}
+
+impl Outcome {
+    pub fn to_json(&self, version: Version) -> Value {
+        let interfaces: Vec<Value> = self
+            .interfaces
+            .iter()
+            .map(|i| {
+                let mut v = json!({"name": i.name, "mac": i.mac});
+                if version >= Version::V110 {
+                    v["mtu"] = json!(i.mtu);
+                }
+                if let Some(s) = &i.sandbox {
+                    v["sandbox"] = json!(s);
+                }
+                v
+            })
+            .collect();
+        let ips: Vec<Value> = self
+            .ips
+            .iter()
+            .map(|ip| {
+                let mut v = json!({"address": ip.address.to_string(), "interface": ip.interface});
+                if let Some(gw) = ip.gateway {
+                    v["gateway"] = json!(gw.to_string());
+                }
+                // 1.0.0 dropped `version`; older results require it.
+                if version < Version::V100 {
+                    v["version"] = json!(if ip.address.is_ipv4() { "4" } else { "6" });
+                }
+                v
+            })
+            .collect();
+        let routes: Vec<Value> = self
+            .routes
+            .iter()
+            .map(|r| {
+                let mut v = json!({"dst": r.dst.to_string()});
+                if let Some(gw) = r.gw {
+                    v["gw"] = json!(gw.to_string());
+                }
+                v
+            })
+            .collect();
+        let mut out = json!({
+            "cniVersion": version.as_str(),
+            "interfaces": interfaces,
+            "ips": ips,
+            "routes": routes,
+        });
+        out["dns"] = if self.nameservers.is_empty() {
+            json!({})
+        } else {
+            json!({"nameservers": self.nameservers})
+        };
+        out
+    }
+}
+
+/// The CNI_* environment of one invocation, validated as libcni's skel does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Env {
+    pub command: Command,
+    pub container_id: String,
+    /// Empty when the runtime passed none (allowed on DEL).
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+}
+
+impl Env {
+    /// Reads and validates the environment through `get` (std::env::var in production).
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Env> {
+        let command = get("CNI_COMMAND").unwrap_or_default();
+        let command = Command::parse(&command)
+            .ok_or_else(|| Error::env("CNI_COMMAND", format!("unknown command {command:?}")))?;
+        if command == Command::Version {
+            return Ok(Env {
+                command,
+                container_id: String::new(),
+                netns: String::new(),
+                ifname: String::new(),
+                args: String::new(),
+            });
+        }
+        let required = |var: &str| {
+            get(var)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| Error::env(var, "missing or empty"))
+        };
+        let container_id = required("CNI_CONTAINERID")?;
+        if !valid_name(&container_id) {
+            return Err(Error::env(
+                "CNI_CONTAINERID",
+                format!(
+                    "{container_id:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
+                ),
+            ));
+        }
+        let ifname = required("CNI_IFNAME")?;
+        if let Err(why) = check_ifname(&ifname) {
+            return Err(Error::env("CNI_IFNAME", format!("{ifname:?} {why}")));
+        }
+        let netns = match command {
+            Command::Del => get("CNI_NETNS").unwrap_or_default(),
+            _ => required("CNI_NETNS")?,
+        };
+        if netns.contains('\0') || (!netns.is_empty() && !netns.starts_with('/')) {
+            return Err(Error::env(
+                "CNI_NETNS",
+                format!("{netns:?} must be an absolute path"),
+            ));
+        }
+        Ok(Env {
+            command,
+            container_id,
+            netns,
+            ifname,
+            args: get("CNI_ARGS").unwrap_or_default(),
+        })
+    }
+}
+
+/// The rule libcni applies to container ids and network names; it also keeps a value safe as
+/// one path component (no `/`, never `.` or `..`).
+pub fn valid_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 253
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Linux interface names, as libcni checks them.
+pub fn check_ifname(s: &str) -> std::result::Result<(), &'static str> {
+    if s.is_empty() || s.len() > 15 {
+        Err("must be 1 to 15 bytes long")
+    } else if s == "." || s == ".." {
+        Err("may not be . or ..")
+    } else if s
+        .bytes()
+        .any(|c| c == b'/' || c == b':' || c.is_ascii_whitespace() || c == 0)
+    {
+        Err("may not contain '/', ':', NUL or whitespace")
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const ADD_ENV: [(&str, &str); 5] = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "abc123"),
+        ("CNI_NETNS", "/run/netns/x"),
+        ("CNI_IFNAME", "net1"),
+        ("CNI_ARGS", "K8S_POD_NAME=p"),
+    ];
+
+    fn env_with(var: &str, value: Option<&str>) -> Result<Env> {
+        let mut pairs: Vec<(&str, &str)> =
+            ADD_ENV.iter().copied().filter(|(k, _)| *k != var).collect();
+        if let Some(v) = value {
+            pairs.push((var, v));
+        }
+        Env::parse(env_of(&pairs))
+    }
+
+    #[test]
+    fn env_parses_a_runtime_call() {
+        let e = env_with("", None).unwrap();
+        assert_eq!(
+            (e.command, e.container_id.as_str(), e.ifname.as_str()),
+            (Command::Add, "abc123", "net1")
+        );
+    }
+
+    #[test]
+    fn env_errors_name_the_variable_with_code_4() {
+        let cases = [
+            ("CNI_COMMAND", Some("FOO")),
+            ("CNI_COMMAND", None),
+            ("CNI_CONTAINERID", None),
+            ("CNI_CONTAINERID", Some("../etc")),
+            ("CNI_CONTAINERID", Some("a/b")),
+            ("CNI_IFNAME", None),
+            ("CNI_IFNAME", Some("a-very-long-ifname0")),
+            ("CNI_IFNAME", Some("..")),
+            ("CNI_IFNAME", Some("a/b")),
+            ("CNI_IFNAME", Some("a:b")),
+            ("CNI_IFNAME", Some("a b")),
+            ("CNI_NETNS", None),
+            ("CNI_NETNS", Some("relative/path")),
+        ];
+        for (var, value) in cases {
+            let err = env_with(var, value).unwrap_err();
+            assert_eq!(err.code, code::INVALID_ENV, "{var}={value:?}");
+            assert!(err.msg.starts_with(var), "{var}: {}", err.msg);
+        }
+    }
+
+    #[test]
+    fn del_accepts_an_empty_netns_and_version_needs_nothing() {
+        let del = Env::parse(env_of(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ]));
+        assert_eq!(del.unwrap().netns, "");
+        assert_eq!(
+            Env::parse(env_of(&[("CNI_COMMAND", "VERSION")]))
+                .unwrap()
+                .command,
+            Command::Version
+        );
+    }
+
+    #[test]
+    fn names_follow_libcni() {
+        for ok in ["a", "A1", "k8s_pod.x-y", &"a".repeat(253)] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "-a",
+            "_a",
+            "a/b",
+            "a b",
+            "a\0",
+            &"a".repeat(254),
+            "é",
+        ] {
+            assert!(!valid_name(bad), "{bad:?}");
+        }
+    }
+
+    fn outcome() -> Outcome {
+        Outcome {
+            interfaces: vec![
+                Interface {
+                    name: "tap0".into(),
+                    mac: "aa:bb:cc:dd:ee:ff".into(),
+                    mtu: 1500,
+                    sandbox: None,
+                },
+                Interface {
+                    name: "net1".into(),
+                    mac: "02:00:00:00:00:01".into(),
+                    mtu: 1500,
+                    sandbox: Some("/run/netns/x".into()),
+                },
+            ],
+            ips: vec![
+                IpConfig {
+                    address: "10.1.0.3/24".parse().unwrap(),
+                    gateway: Some("10.1.0.1".parse().unwrap()),
+                    interface: 1,
+                },
+                IpConfig {
+                    address: "fd00::3/128".parse().unwrap(),
+                    gateway: None,
+                    interface: 1,
+                },
+            ],
+            routes: vec![Route {
+                dst: "0.0.0.0/0".parse().unwrap(),
+                gw: Some("10.1.0.1".parse().unwrap()),
+            }],
+            nameservers: vec!["10.1.0.2".into()],
+        }
+    }
+
+    #[test]
+    fn versions_round_trip_and_unknown_ones_are_refused() {
+        for s in SUPPORTED_VERSIONS {
+            assert_eq!(Version::parse(s).unwrap().as_str(), s);
+        }
+        for s in ["0.2.0", "0.1.0", "1.2.0", "", "1.0"] {
+            assert_eq!(Version::parse(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn pre_1_0_results_carry_ip_version_and_no_mtu() {
+        for v in [Version::V030, Version::V031, Version::V040] {
+            let j = outcome().to_json(v);
+            assert_eq!(j["cniVersion"], v.as_str());
+            assert_eq!(j["ips"][0]["version"], "4");
+            assert_eq!(j["ips"][1]["version"], "6");
+            assert!(j["interfaces"][1].get("mtu").is_none());
+        }
+    }
+
+    #[test]
+    fn v1_results_drop_ip_version_and_1_1_adds_mtu() {
+        let j = outcome().to_json(Version::V100);
+        assert!(j["ips"][0].get("version").is_none());
+        assert!(j["interfaces"][1].get("mtu").is_none());
+        let j = outcome().to_json(Version::V110);
+        assert!(j["ips"][0].get("version").is_none());
+        assert_eq!(j["interfaces"][1]["mtu"], 1500);
+    }
+
+    #[test]
+    fn sandbox_only_on_container_side_and_ips_point_at_it() {
+        let j = outcome().to_json(Version::V100);
+        assert!(j["interfaces"][0].get("sandbox").is_none());
+        assert_eq!(j["interfaces"][1]["sandbox"], "/run/netns/x");
+        assert_eq!(j["ips"][0]["interface"], 1);
+        assert_eq!(j["ips"][0]["gateway"], "10.1.0.1");
+        assert!(j["ips"][1].get("gateway").is_none());
+        assert_eq!(
+            j["routes"][0],
+            json!({"dst": "0.0.0.0/0", "gw": "10.1.0.1"})
+        );
+        assert_eq!(j["dns"]["nameservers"][0], "10.1.0.2");
+    }
+
+    #[test]
+    fn error_object_has_code_and_message() {
+        let e = Error::config("contrail.mtu", "must be 68..=65535");
+        let j = e.to_json("0.3.1");
+        assert_eq!(j["code"], 7);
+        assert_eq!(j["cniVersion"], "0.3.1");
+        assert!(j["msg"].as_str().unwrap().contains("contrail.mtu"));
+    }
+
+    #[test]
+    fn version_answer_lists_everything() {
+        let j = version_info(Some("0.3.0"));
+        assert_eq!(j["cniVersion"], "0.3.0");
+        assert_eq!(j["supportedVersions"].as_array().unwrap().len(), 5);
+        assert_eq!(version_info(None)["cniVersion"], "1.1.0");
+    }
+}

@@ -1,0 +1,122 @@
+//! Pod identity from CNI_ARGS, as Multus, CNI-Genie and podman send it.
+
+use crate::cni::{Error, Result, valid_name};
+
+/// The pod an invocation is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    /// Not needed to find the VMIs (the agent gives the pod uuid); kept for logs.
+    pub uid: Option<String>,
+}
+
+impl Pod {
+    /// The agent's VM name: `<cluster-name>__<namespace>__<pod>`.
+    pub fn vm_name(&self, cluster: &str) -> String {
+        format!("{cluster}__{}__{}", self.namespace, self.name)
+    }
+}
+
+/// `K=V;K=V` pairs. Multus prepends its own keys to the caller's, so keys repeat: the last
+/// non-empty value wins, as later assignments win in libcni's own parser; empty values
+/// (`K8S_POD_UID=`) count as absent. Pairs without `=` are ignored, like unknown keys.
+fn lookup<'a>(args: &'a str, key: &str) -> Option<&'a str> {
+    args.split(';')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, v)| *k == key && !v.is_empty())
+        .map(|(_, v)| v)
+        .last()
+}
+
+/// The pod from CNI_ARGS. `K8S_POD_NAMESPACE` defaults to `default` because podman sends only
+/// `K8S_POD_NAME`; `None` when there is no pod name at all.
+pub fn from_args(args: &str) -> Result<Option<Pod>> {
+    let Some(name) = lookup(args, "K8S_POD_NAME") else {
+        return Ok(None);
+    };
+    let namespace = lookup(args, "K8S_POD_NAMESPACE").unwrap_or("default");
+    for (key, value) in [("K8S_POD_NAME", name), ("K8S_POD_NAMESPACE", namespace)] {
+        // These become a directory name under config-dir: never a path.
+        if !valid_name(value) {
+            return Err(Error::env(
+                "CNI_ARGS",
+                format!(
+                    "{key}={value:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
+                ),
+            ));
+        }
+    }
+    Ok(Some(Pod {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: lookup(args, "K8S_POD_UID").map(str::to_string),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::code;
+
+    #[test]
+    fn multus_args_with_repeated_keys() {
+        let args = "IgnoreUnknown=true;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web-0;\
+                    K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=u-1;IgnoreUnknown=1;\
+                    K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=u-1";
+        let pod = from_args(args).unwrap().unwrap();
+        assert_eq!(
+            pod,
+            Pod {
+                namespace: "ns1".into(),
+                name: "web-0".into(),
+                uid: Some("u-1".into())
+            }
+        );
+        assert_eq!(pod.vm_name("k8s"), "k8s__ns1__web-0");
+    }
+
+    #[test]
+    fn empty_values_count_as_absent() {
+        let pod = from_args("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=;K8S_POD_NAME=")
+            .unwrap()
+            .unwrap();
+        assert_eq!((pod.name.as_str(), pod.uid), ("p", None));
+    }
+
+    #[test]
+    fn cni_genie_sends_no_uid() {
+        let pod = from_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=g")
+            .unwrap()
+            .unwrap();
+        assert_eq!(pod.uid, None);
+    }
+
+    #[test]
+    fn podman_sends_only_a_name() {
+        let pod = from_args("IgnoreUnknown=1;K8S_POD_NAME=my_ctr")
+            .unwrap()
+            .unwrap();
+        assert_eq!(pod.vm_name("k8s"), "k8s__default__my_ctr");
+    }
+
+    #[test]
+    fn no_pod_name_is_none() {
+        assert_eq!(from_args("").unwrap(), None);
+        assert_eq!(from_args("IgnoreUnknown=1;garbage;=x").unwrap(), None);
+    }
+
+    #[test]
+    fn path_like_names_are_refused_with_code_4() {
+        for args in [
+            "K8S_POD_NAME=../x",
+            "K8S_POD_NAME=a/b",
+            "K8S_POD_NAME=p;K8S_POD_NAMESPACE=..",
+            "K8S_POD_NAME=.x",
+        ] {
+            let err = from_args(args).unwrap_err();
+            assert_eq!(err.code, code::INVALID_ENV, "{args}");
+            assert!(err.msg.contains("CNI_ARGS"));
+        }
+    }
+}

@@ -1,0 +1,825 @@
+//! VMIs (virtual machine interfaces) as the agent describes them, and the choice of the one VMI
+//! an attachment is for. Pure: parsing and decisions over plain data, no I/O.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
+use serde_json::Value;
+
+use crate::cni::{Error, Result, check_ifname};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mac(pub [u8; 6]);
+
+impl Mac {
+    /// A unicast, non-zero MAC in `aa:bb:cc:dd:ee:ff` form; anything else is not a port's MAC.
+    pub fn parse(s: &str) -> Option<Mac> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in &mut out {
+            let p = parts.next()?;
+            if p.len() != 2 {
+                return None;
+            }
+            *b = u8::from_str_radix(p, 16).ok()?;
+        }
+        let unicast = out[0] & 1 == 0 && out != [0; 6];
+        (parts.next().is_none() && unicast).then_some(Mac(out))
+    }
+}
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    }
+}
+
+/// UUIDs become URL path segments and file names: only the agent's lowercase dashed form.
+pub fn valid_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        })
+}
+
+/// The host-side interface name of a VMI's veth: `tap` + 12 hex digits of a 64-bit FNV-1a
+/// hash of the VMI uuid. Deterministic (DEL and a crashed ADD's retry find it again), unique
+/// across pods, and 15 bytes. A hash rather than a uuid prefix because kube-manager's
+/// time-based uuids of one pod share their leading digits.
+pub fn host_ifname(vmi_uuid: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in vmi_uuid.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("tap{:012x}", h >> 16)
+}
+
+/// One VMI from `GET /vm-cfg/<vm-name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vmi {
+    pub uuid: String,
+    pub vm_uuid: String,
+    pub vn_uuid: String,
+    pub vn_name: String,
+    pub mac: Mac,
+    /// The NetworkAttachmentDefinition name, `default` for the cluster pod network.
+    pub network: String,
+    /// k of `index` k/N.
+    pub index: u32,
+    /// N of `index` k/N: how many VMIs the pod has in all.
+    pub count: u32,
+    /// The interface name the pod asked for (`net-a@eth5`).
+    pub interface: Option<String>,
+    pub default_gw: bool,
+}
+
+fn field<'a>(obj: &'a Value, key: &str, what: &str) -> Result<&'a str> {
+    obj.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::decode(format!("agent sent {what} without a string {key:?}")))
+}
+
+fn uuid_field(obj: &Value, key: &str, what: &str) -> Result<String> {
+    let s = field(obj, key, what)?;
+    if !valid_uuid(s) {
+        return Err(Error::decode(format!(
+            "agent sent {what} with {key} {s:?}, which is not a lowercase uuid"
+        )));
+    }
+    Ok(s.to_string())
+}
+
+/// Parses the body of `GET /vm-cfg/<vm-name>`.
+pub fn parse_cfg(body: &[u8]) -> Result<Vec<Vmi>> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| Error::decode(format!("agent sent invalid JSON for the pod's VMIs: {e}")))?;
+    let items = v
+        .as_array()
+        .ok_or_else(|| Error::decode("agent sent a non-array for the pod's VMIs"))?;
+    let lone = items.len() == 1;
+    items.iter().map(|item| parse_one_cfg(item, lone)).collect()
+}
+
+fn parse_one_cfg(item: &Value, lone: bool) -> Result<Vmi> {
+    let uuid = uuid_field(item, "id", "a VMI")?;
+    let what = format!("VMI {uuid}");
+    let mac_s = field(item, "mac-address", &what)?;
+    let mac = Mac::parse(mac_s).ok_or_else(|| {
+        Error::decode(format!(
+            "agent sent {what} with MAC {mac_s:?}, not a unicast MAC"
+        ))
+    })?;
+    let mut network = None;
+    let mut index = None;
+    let mut interface = None;
+    let mut default_gw = false;
+    for a in item
+        .get("annotations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        // `{key:value}`, split at the first colon: values may contain colons.
+        let Some((k, v)) = a
+            .as_str()
+            .and_then(|s| s.strip_prefix('{')?.strip_suffix('}')?.split_once(':'))
+        else {
+            continue;
+        };
+        match k {
+            "network" => network = Some(v.to_string()),
+            "index" => {
+                let parsed = v
+                    .split_once('/')
+                    .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)));
+                match parsed {
+                    Some((k, n)) if k < n => index = Some((k, n)),
+                    _ => {
+                        return Err(Error::decode(format!(
+                            "agent sent {what} with index {v:?}, not k/N"
+                        )));
+                    }
+                }
+            }
+            "interface" => {
+                check_ifname(v).map_err(|why| {
+                    Error::decode(format!("{what} asks for interface {v:?}, which {why}"))
+                })?;
+                interface = Some(v.to_string());
+            }
+            "default-gw" => default_gw = v != "false",
+            _ => {}
+        }
+    }
+    // VMIs from a kube-manager without multi-network support carry no index: one such VMI is
+    // the whole pod.
+    let (index, count) = match index {
+        Some(i) => i,
+        None if lone => (0, 1),
+        None => {
+            return Err(Error::decode(format!(
+                "agent sent {what} without an index annotation"
+            )));
+        }
+    };
+    Ok(Vmi {
+        vm_uuid: uuid_field(item, "vm-uuid", &what)?,
+        vn_uuid: uuid_field(item, "vn-id", &what)?,
+        vn_name: item
+            .get("vn-name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        mac,
+        network: network.unwrap_or_else(|| "default".to_string()),
+        index,
+        count,
+        interface,
+        default_gw,
+        uuid,
+    })
+}
+
+/// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM.
+pub fn complete(vmis: &[Vmi]) -> bool {
+    let Some(first) = vmis.first() else {
+        return false;
+    };
+    let n = first.count as usize;
+    let mut seen = vec![false; n];
+    for v in vmis {
+        if v.count != first.count || v.vm_uuid != first.vm_uuid {
+            return false;
+        }
+        seen[v.index as usize] = true;
+    }
+    vmis.len() == n && seen.iter().all(|s| *s)
+}
+
+/// The VMI whose interface carries the pod's default route: the one annotated `default-gw`,
+/// else the cluster network's.
+pub fn default_gw(vmis: &[Vmi]) -> Option<&Vmi> {
+    vmis.iter()
+        .filter(|v| v.default_gw)
+        .min_by_key(|v| v.index)
+        .or_else(|| {
+            vmis.iter()
+                .filter(|v| v.network == "default")
+                .min_by_key(|v| v.index)
+        })
+}
+
+/// The IP configuration of one VMI, from `GET /vm/<vm-uuid>/<vmi-uuid>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpConfig {
+    pub v4: Option<Ipv4Network>,
+    pub v4_gateway: Option<Ipv4Addr>,
+    pub v4_dns: Option<Ipv4Addr>,
+    /// The agent sends no v6 prefix length; when it does (`v6-plen`) it is used, else /128.
+    pub v6: Option<Ipv6Network>,
+    pub v6_gateway: Option<Ipv6Addr>,
+    pub v6_dns: Option<Ipv6Addr>,
+    pub mac: Mac,
+    /// The host interface registered for the VMI, if any.
+    pub registered_as: Option<String>,
+}
+
+impl IpConfig {
+    pub fn addresses(&self) -> Vec<IpNetwork> {
+        self.v4
+            .map(IpNetwork::V4)
+            .into_iter()
+            .chain(self.v6.map(IpNetwork::V6))
+            .collect()
+    }
+
+    pub fn nameservers(&self) -> Vec<String> {
+        let v4 = self.v4_dns.map(IpAddr::V4);
+        let v6 = self.v6_dns.map(IpAddr::V6);
+        v4.into_iter().chain(v6).map(|a| a.to_string()).collect()
+    }
+}
+
+/// An address field: absent, empty, `0.0.0.0` and `::` all mean "none" (older agents send the
+/// unspecified address, with stray spaces, for a family without IPAM).
+fn addr_field<T: std::str::FromStr + Into<IpAddr> + Copy>(
+    obj: &Value,
+    key: &str,
+    what: &str,
+) -> Result<Option<T>> {
+    let Some(v) = obj.get(key).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let s = v
+        .as_str()
+        .ok_or_else(|| Error::decode(format!("agent sent {what} with a non-string {key}")))?
+        .trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let a: T = s.parse().map_err(|_| {
+        Error::decode(format!(
+            "agent sent {what} with {key} {s:?}, not an address"
+        ))
+    })?;
+    Ok((!a.into().is_unspecified()).then_some(a))
+}
+
+/// A prefix length, as a number or a numeric string.
+fn plen_field(obj: &Value, key: &str, max: u8, what: &str) -> Result<Option<u8>> {
+    let n = match obj.get(key) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) if s.trim().is_empty() => return Ok(None),
+        Some(Value::String(s)) => s.trim().parse().ok(),
+        Some(_) => None,
+    };
+    match n {
+        Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u8)),
+        _ => Err(Error::decode(format!(
+            "agent sent {what} with {key} {}, not 1..={max}",
+            obj[key]
+        ))),
+    }
+}
+
+/// Parses the body of `GET /vm/<vm-uuid>/<vmi-uuid>`: an array holding that VMI.
+pub fn parse_ip(body: &[u8], vmi_uuid: &str) -> Result<IpConfig> {
+    let what = format!("VMI {vmi_uuid}");
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        Error::decode(format!(
+            "agent sent invalid JSON for the IP config of {what}: {e}"
+        ))
+    })?;
+    let item = v
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|i| i.get("id").and_then(Value::as_str) == Some(vmi_uuid))
+        })
+        .ok_or_else(|| {
+            Error::decode(format!("agent's IP config answer does not contain {what}"))
+        })?;
+    let mac_s = field(item, "mac-address", &what)?;
+    let mac = Mac::parse(mac_s).ok_or_else(|| {
+        Error::decode(format!(
+            "agent sent {what} with MAC {mac_s:?}, not a unicast MAC"
+        ))
+    })?;
+    let v4 = match addr_field::<Ipv4Addr>(item, "ip-address", &what)? {
+        None => None,
+        Some(ip) => {
+            let plen = plen_field(item, "plen", 32, &what)?.ok_or_else(|| {
+                Error::decode(format!("agent sent {what} with ip-address but no plen"))
+            })?;
+            Some(Ipv4Network::new(ip, plen).map_err(|e| Error::decode(format!("{what}: {e}")))?)
+        }
+    };
+    let v6 = match addr_field::<Ipv6Addr>(item, "v6-ip-address", &what)? {
+        None => None,
+        Some(ip) => {
+            let plen = plen_field(item, "v6-plen", 128, &what)?.unwrap_or(128);
+            Some(Ipv6Network::new(ip, plen).map_err(|e| Error::decode(format!("{what}: {e}")))?)
+        }
+    };
+    if v4.is_none() && v6.is_none() {
+        return Err(Error::decode(format!(
+            "agent reports {what} ready but with neither an IPv4 nor an IPv6 address"
+        )));
+    }
+    let registered_as = item
+        .get("system-name")
+        .and_then(Value::as_str)
+        .filter(|s| check_ifname(s).is_ok())
+        .map(str::to_string);
+    Ok(IpConfig {
+        v4,
+        v4_gateway: addr_field(item, "gateway", &what)?,
+        v4_dns: addr_field(item, "dns-server", &what)?,
+        v6,
+        v6_gateway: addr_field(item, "v6-gateway", &what)?,
+        v6_dns: addr_field(item, "v6-dns-server", &what)?,
+        mac,
+        registered_as,
+    })
+}
+
+/// An attachment recorded in a local state file: which sandbox and interface hold which VMI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub vmi: String,
+    /// `None` for a state file that cannot be read: its holder is unknown, so it counts as live.
+    pub container_id: Option<String>,
+    pub ifname: String,
+}
+
+/// What the resolver was asked, besides the data.
+#[derive(Debug, Clone, Copy)]
+pub struct Attachment<'a> {
+    pub network: &'a str,
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unresolved {
+    /// The pod has no VMI on that network; these are the networks it has.
+    NoSuchNetwork { known: Vec<String> },
+    /// Every VMI of the network is held by another interface of the pod.
+    AllTaken { count: usize },
+}
+
+/// Chooses the VMI for one attachment. Among the network's VMIs in index order:
+/// 1. the VMI whose `interface` annotation names this ifname;
+/// 2. else the VMI this (container id, ifname) already claimed (a retried or crashed ADD);
+/// 3. else the lowest index that asked for no interface name, is not claimed by another
+///    interface of this sandbox, and is not registered with the agent unless a state file
+///    explains it (a claim of an older sandbox of the pod may be taken over).
+///
+/// `registered` lists the VMIs the agent reports a host interface for.
+pub fn resolve<'a>(
+    at: Attachment<'_>,
+    vmis: &'a [Vmi],
+    claims: &[Claim],
+    registered: &[String],
+) -> std::result::Result<&'a Vmi, Unresolved> {
+    let mut candidates: Vec<&Vmi> = vmis.iter().filter(|v| v.network == at.network).collect();
+    if candidates.is_empty() {
+        let mut known: Vec<String> = vmis.iter().map(|v| v.network.clone()).collect();
+        known.sort();
+        known.dedup();
+        return Err(Unresolved::NoSuchNetwork { known });
+    }
+    candidates.sort_by_key(|v| v.index);
+    fn claimed_by<'c>(claims: &'c [Claim], v: &'c Vmi) -> impl Iterator<Item = &'c Claim> {
+        claims.iter().filter(move |c| c.vmi == v.uuid)
+    }
+    let live = |c: &Claim| {
+        c.container_id
+            .as_deref()
+            .is_none_or(|id| id == at.container_id)
+    };
+    let named = candidates
+        .iter()
+        .find(|v| v.interface.as_deref() == Some(at.ifname));
+    let ours = || {
+        candidates.iter().find(|v| {
+            claimed_by(claims, v).any(|c| {
+                c.container_id.as_deref() == Some(at.container_id) && c.ifname == at.ifname
+            })
+        })
+    };
+    let free = || {
+        candidates.iter().find(|v| {
+            v.interface.is_none()
+                && !claimed_by(claims, v).any(live)
+                && !(registered.contains(&v.uuid) && claimed_by(claims, v).next().is_none())
+        })
+    };
+    named
+        .or_else(ours)
+        .or_else(free)
+        .copied()
+        .ok_or(Unresolved::AllTaken {
+            count: candidates.len(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const VM: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
+
+    fn uuid(n: u8) -> String {
+        format!("b86ac068-cf0e-11e8-b196-0025900000{n:02x}")
+    }
+
+    fn vmi(n: u8, network: &str, index: u32, count: u32) -> Vmi {
+        Vmi {
+            uuid: uuid(n),
+            vm_uuid: VM.into(),
+            vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
+            vn_name: format!("default-domain:k8s-default:{network}"),
+            mac: Mac([2, 0, 0, 0, 0, n]),
+            network: network.into(),
+            index,
+            count,
+            interface: None,
+            default_gw: false,
+        }
+    }
+
+    fn claim(n: u8, container_id: &str, ifname: &str) -> Claim {
+        Claim {
+            vmi: uuid(n),
+            container_id: Some(container_id.into()),
+            ifname: ifname.into(),
+        }
+    }
+
+    fn at<'a>(network: &'a str, ifname: &'a str) -> Attachment<'a> {
+        Attachment {
+            network,
+            container_id: "sandbox-2",
+            ifname,
+        }
+    }
+
+    /// default(0), net-a(1), net-b(2), net-a(3); UUIDs deliberately not in index order.
+    fn pod() -> Vec<Vmi> {
+        vec![
+            vmi(9, "net-a", 3, 4),
+            vmi(7, "net-b", 2, 4),
+            vmi(8, "default", 0, 4),
+            vmi(5, "net-a", 1, 4),
+        ]
+    }
+
+    fn pick<'a>(
+        vmis: &'a [Vmi],
+        a: Attachment,
+        claims: &[Claim],
+        reg: &[String],
+    ) -> std::result::Result<u8, Unresolved> {
+        resolve(a, vmis, claims, reg).map(|v| u8::from_str_radix(&v.uuid[34..], 16).unwrap())
+    }
+
+    #[test]
+    fn repeated_network_gets_lowest_free_index_in_order() {
+        let vmis = pod();
+        // First net-a attachment: index 1 (uuid 5), whatever the uuid order.
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &[], &[]), Ok(5));
+        // Once claimed, the second gets index 3.
+        let claims = [claim(5, "sandbox-2", "net1")];
+        assert_eq!(pick(&vmis, at("net-a", "net3"), &claims, &[]), Ok(9));
+    }
+
+    #[test]
+    fn ifname_number_does_not_imply_index() {
+        // [macvlan-net, net-a, net-a]: Multus calls us for net2 and net3; kube-manager numbered
+        // only the Contrail networks: default 0, net-a 1, net-a 2.
+        let vmis = vec![
+            vmi(3, "net-a", 2, 3),
+            vmi(1, "default", 0, 3),
+            vmi(2, "net-a", 1, 3),
+        ];
+        assert_eq!(pick(&vmis, at("net-a", "net2"), &[], &[]), Ok(2));
+        assert_eq!(
+            pick(
+                &vmis,
+                at("net-a", "net3"),
+                &[claim(2, "sandbox-2", "net2")],
+                &[]
+            ),
+            Ok(3)
+        );
+    }
+
+    #[test]
+    fn own_claim_wins_again_on_retry() {
+        let vmis = pod();
+        let claims = [claim(9, "sandbox-2", "net3"), claim(5, "sandbox-2", "net1")];
+        assert_eq!(pick(&vmis, at("net-a", "net3"), &claims, &[]), Ok(9));
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &claims, &[]), Ok(5));
+    }
+
+    #[test]
+    fn interface_annotation_wins_over_everything() {
+        let mut vmis = pod();
+        vmis[0].interface = Some("eth5".into()); // index 3 asked for eth5
+        assert_eq!(
+            pick(
+                &vmis,
+                at("net-a", "eth5"),
+                &[claim(5, "sandbox-2", "eth5")],
+                &[]
+            ),
+            Ok(9)
+        );
+        // ...and is never handed to an interface with another name.
+        let claims = [claim(5, "sandbox-2", "net1")];
+        assert_eq!(
+            pick(&vmis, at("net-a", "net2"), &claims, &[]),
+            Err(Unresolved::AllTaken { count: 2 })
+        );
+    }
+
+    #[test]
+    fn claims_of_an_older_sandbox_can_be_taken_over() {
+        let vmis = pod();
+        let claims = [claim(5, "sandbox-1", "net1"), claim(9, "sandbox-1", "net3")];
+        let reg = [uuid(5), uuid(9)];
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &claims, &reg), Ok(5));
+    }
+
+    #[test]
+    fn registered_without_any_state_file_is_skipped() {
+        let vmis = pod();
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &[], &[uuid(5)]), Ok(9));
+        assert_eq!(
+            pick(&vmis, at("net-a", "net1"), &[], &[uuid(5), uuid(9)]),
+            Err(Unresolved::AllTaken { count: 2 })
+        );
+    }
+
+    #[test]
+    fn all_taken_by_live_interfaces() {
+        let vmis = pod();
+        let claims = [claim(5, "sandbox-2", "net1"), claim(9, "sandbox-2", "net3")];
+        assert_eq!(
+            pick(&vmis, at("net-a", "net4"), &claims, &[]),
+            Err(Unresolved::AllTaken { count: 2 })
+        );
+    }
+
+    #[test]
+    fn unknown_network_lists_known_ones() {
+        let err = pick(&pod(), at("net-z", "net1"), &[], &[]).unwrap_err();
+        assert_eq!(
+            err,
+            Unresolved::NoSuchNetwork {
+                known: vec!["default".into(), "net-a".into(), "net-b".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn single_network_and_default() {
+        let vmis = pod();
+        assert_eq!(pick(&vmis, at("net-b", "net2"), &[], &[]), Ok(7));
+        assert_eq!(pick(&vmis, at("default", "eth0"), &[], &[]), Ok(8));
+    }
+
+    #[test]
+    fn other_pods_claims_do_not_matter_for_other_vmis() {
+        let vmis = pod();
+        // A claim on an unrelated uuid changes nothing.
+        let claims = [claim(0, "sandbox-2", "net1")];
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &claims, &[]), Ok(5));
+    }
+
+    #[test]
+    fn an_unreadable_claim_holds_its_vmi() {
+        let vmis = pod();
+        let claims = [Claim {
+            vmi: uuid(5),
+            container_id: None,
+            ifname: String::new(),
+        }];
+        assert_eq!(pick(&vmis, at("net-a", "net1"), &claims, &[uuid(5)]), Ok(9));
+    }
+
+    #[test]
+    fn completeness() {
+        let vmis = pod();
+        assert!(complete(&vmis));
+        assert!(!complete(&vmis[..3]));
+        assert!(!complete(&[]));
+        let mut dup = pod();
+        dup[0].index = 1;
+        assert!(!complete(&dup));
+        let mut other_vm = pod();
+        other_vm[1].vm_uuid = uuid(1);
+        assert!(!complete(&other_vm));
+        let mut disagree = pod();
+        disagree[2].count = 5;
+        assert!(!complete(&disagree));
+    }
+
+    #[test]
+    fn default_gw_annotation_else_cluster_network() {
+        let mut vmis = pod();
+        assert_eq!(default_gw(&vmis).unwrap().uuid, uuid(8));
+        vmis[1].default_gw = true;
+        assert_eq!(default_gw(&vmis).unwrap().uuid, uuid(7));
+        let secondary_only = vec![vmi(1, "net-a", 1, 2)];
+        assert_eq!(default_gw(&secondary_only), None);
+    }
+
+    fn cfg_item(id: &str, annotations: Value) -> Value {
+        json!({"id": id, "vm-uuid": VM, "vn-id": "f95af4cc-e4ba-44c8-9936-269d891e0ee9",
+               "vn-name": "default-domain:k8s-default:net-a", "mac-address": "02:b8:6a:c0:68:cf",
+               "sub-interface": false, "vlan-id": 65535, "annotations": annotations})
+    }
+
+    #[test]
+    fn parses_the_agents_cfg_answer() {
+        let body = json!([cfg_item(
+            &uuid(1),
+            json!([
+                "{cluster:k8s}",
+                "{network:net-a}",
+                "{index:1/3}",
+                "{interface:eth5}",
+                "{default-gw:true}",
+                "{note:a:b:c}",
+                "garbage"
+            ])
+        )]);
+        let v = &parse_cfg(body.to_string().as_bytes()).unwrap()[0];
+        assert_eq!((v.network.as_str(), v.index, v.count), ("net-a", 1, 3));
+        assert_eq!(v.interface.as_deref(), Some("eth5"));
+        assert!(v.default_gw);
+        assert_eq!(v.mac.to_string(), "02:b8:6a:c0:68:cf");
+    }
+
+    #[test]
+    fn a_lone_vmi_without_annotations_is_the_whole_pod() {
+        let mut item = cfg_item(&uuid(1), json!([]));
+        item.as_object_mut().unwrap().remove("annotations");
+        let v = parse_cfg(json!([item]).to_string().as_bytes()).unwrap();
+        assert_eq!(
+            (v[0].network.as_str(), v[0].index, v[0].count),
+            ("default", 0, 1)
+        );
+        assert!(complete(&v));
+    }
+
+    #[test]
+    fn hostile_cfg_answers_are_decode_errors() {
+        let bad = [
+            json!({"not": "an array"}),
+            json!([cfg_item("../../etc/passwd", json!(["{index:0/1}"]))]),
+            json!([cfg_item(
+                "B86AC068-CF0E-11E8-B196-002590AAA964",
+                json!(["{index:0/1}"])
+            )]),
+            json!([cfg_item(&uuid(1), json!(["{index:2/2}"]))]),
+            json!([cfg_item(&uuid(1), json!(["{index:x}"]))]),
+            json!([cfg_item(
+                &uuid(1),
+                json!(["{index:0/1}", "{interface:../x}"])
+            )]),
+            json!([
+                cfg_item(&uuid(1), json!(["{network:a}"])),
+                cfg_item(&uuid(2), json!(["{network:a}"]))
+            ]),
+        ];
+        for b in bad {
+            assert_eq!(
+                parse_cfg(b.to_string().as_bytes()).unwrap_err().code,
+                crate::cni::code::DECODE,
+                "{b}"
+            );
+        }
+        let mut bad_mac = cfg_item(&uuid(1), json!(["{index:0/1}"]));
+        for mac in [
+            "01:00:5e:00:00:01",
+            "00:00:00:00:00:00",
+            "zz:00:00:00:00:00",
+            "02:00:00:00:00",
+            "02:00:00:00:00:00:00",
+        ] {
+            bad_mac["mac-address"] = json!(mac);
+            assert!(
+                parse_cfg(json!([bad_mac]).to_string().as_bytes()).is_err(),
+                "{mac}"
+            );
+        }
+        assert!(parse_cfg(b"[{\"id\": ").is_err());
+    }
+
+    fn ip_item() -> Value {
+        json!({"id": uuid(1), "instance-id": VM, "mac-address": "02:d8:da:c0:68:aa", "system-name": uuid(1),
+               "ip-address": "30.1.1.252", "plen": 24, "dns-server": "30.1.1.253", "gateway": "30.1.1.254",
+               "v6-ip-address": "fd00:30::fc", "v6-dns-server": "fd00:30::fd", "v6-gateway": "fd00:30::fe"})
+    }
+
+    #[test]
+    fn parses_dual_stack_ip_config() {
+        let ip = parse_ip(json!([ip_item()]).to_string().as_bytes(), &uuid(1)).unwrap();
+        assert_eq!(ip.v4.unwrap().to_string(), "30.1.1.252/24");
+        assert_eq!(ip.v6.unwrap().to_string(), "fd00:30::fc/128");
+        assert_eq!(ip.v6_gateway.unwrap().to_string(), "fd00:30::fe");
+        assert_eq!(ip.nameservers(), vec!["30.1.1.253", "fd00:30::fd"]);
+        // A 36-character uuid is not a host interface: not registered yet.
+        assert_eq!(ip.registered_as, None);
+    }
+
+    #[test]
+    fn v6_plen_is_used_when_present_and_unspecified_means_absent() {
+        let mut item = ip_item();
+        item["v6-plen"] = json!(64);
+        item["ip-address"] = json!(" 0.0.0.0");
+        item["system-name"] = json!("tap0123456789ab");
+        let ip = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap();
+        assert_eq!(ip.v6.unwrap().to_string(), "fd00:30::fc/64");
+        assert_eq!(ip.v4, None);
+        assert_eq!(ip.registered_as.as_deref(), Some("tap0123456789ab"));
+    }
+
+    #[test]
+    fn seed_style_strings_are_accepted() {
+        let mut item = ip_item();
+        item["ip-address"] = json!(" 10.47.255.250");
+        item["plen"] = json!("12");
+        item["v6-ip-address"] = json!("::");
+        item["v6-plen"] = json!("");
+        let ip = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap();
+        assert_eq!(ip.v4.unwrap().to_string(), "10.47.255.250/12");
+        assert_eq!(ip.v6, None);
+    }
+
+    #[test]
+    fn hostile_ip_answers_are_decode_errors() {
+        let mutations: [(&str, Value); 8] = [
+            ("plen", json!(33)),
+            ("plen", json!(0)),
+            ("plen", json!("x")),
+            ("ip-address", json!("300.1.1.1")),
+            ("ip-address", json!(7)),
+            ("v6-plen", json!(129)),
+            ("mac-address", json!("ff:ff:ff:ff:ff:ff")),
+            ("gateway", json!("not-an-ip")),
+        ];
+        for (k, v) in mutations {
+            let mut item = ip_item();
+            item[k] = v.clone();
+            let err = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap_err();
+            assert_eq!(err.code, crate::cni::code::DECODE, "{k}={v}");
+        }
+        let mut none = ip_item();
+        none["ip-address"] = json!("");
+        none["v6-ip-address"] = json!("::");
+        assert!(parse_ip(json!([none]).to_string().as_bytes(), &uuid(1)).is_err());
+        assert!(parse_ip(json!([ip_item()]).to_string().as_bytes(), &uuid(2)).is_err());
+        let mut no_plen = ip_item();
+        no_plen.as_object_mut().unwrap().remove("plen");
+        assert!(parse_ip(json!([no_plen]).to_string().as_bytes(), &uuid(1)).is_err());
+    }
+
+    #[test]
+    fn host_names_are_short_deterministic_and_distinct_for_sibling_uuids() {
+        let a = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964");
+        let b = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa965");
+        assert_eq!(a.len(), 15);
+        assert!(a.starts_with("tap"));
+        assert_ne!(a, b);
+        assert_eq!(a, host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"));
+        assert!(check_ifname(&a).is_ok());
+    }
+
+    #[test]
+    fn uuids() {
+        assert!(valid_uuid(VM));
+        for bad in [
+            "",
+            "40936d96-cf0e-11e8-9892-002590aaa96",
+            "40936D96-cf0e-11e8-9892-002590aaa964",
+            "40936d96-cf0e-11e8-9892/002590aaa964",
+            "../../../../../../../../../../etc/x",
+        ] {
+            assert!(!valid_uuid(bad), "{bad}");
+        }
+    }
+}
