@@ -16,6 +16,8 @@ use crate::vmi::{self, IpConfig, Vmi};
 /// within milliseconds, and one that takes seconds is asked a few times a second.
 const FIRST_POLL_PAUSE: Duration = Duration::from_millis(5);
 const MAX_POLL_PAUSE: Duration = Duration::from_millis(160);
+/// The shortest time worth giving one request near the end of the wait.
+const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// Answers are a few hundred bytes; anything this large is not the agent.
 const MAX_BODY: u64 = 1 << 20;
 
@@ -141,8 +143,10 @@ impl Agent {
                 Err(e) if e.code == code::TRY_AGAIN_LATER => last = e.msg,
                 Err(e) => return Err(e),
             }
+            // Give up rather than start an attempt too short to get an answer: its timeout
+            // would replace the informative error of the attempts before it.
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left < pause + self.poll_timeout.min(MIN_ATTEMPT) {
                 return Err(Error::new(
                     code::TRY_AGAIN_LATER,
                     format!(
@@ -151,7 +155,7 @@ impl Agent {
                     ),
                 ));
             }
-            thread::sleep(pause.min(left));
+            thread::sleep(pause);
             pause = (pause * 2).min(MAX_POLL_PAUSE).min(self.poll_timeout);
         }
     }

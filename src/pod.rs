@@ -22,11 +22,10 @@ impl Pod {
 /// non-empty value wins, as later assignments win in libcni's own parser; empty values
 /// (`K8S_POD_UID=`) count as absent. Pairs without `=` are ignored, like unknown keys.
 fn lookup<'a>(args: &'a str, key: &str) -> Option<&'a str> {
-    args.split(';')
+    args.rsplit(';')
         .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, v)| *k == key && !v.is_empty())
+        .find(|(k, v)| *k == key && !v.is_empty())
         .map(|(_, v)| v)
-        .last()
 }
 
 /// The pod from CNI_ARGS. `K8S_POD_NAMESPACE` defaults to `default` because podman sends only

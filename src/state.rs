@@ -116,6 +116,7 @@ impl PodDir {
                 .read(true)
                 .write(true)
                 .create(true)
+                .truncate(false)
                 .mode(0o600)
                 .open(&lock_path)
             {

@@ -1,0 +1,799 @@
+//! Stand-in for the Tungsten Fabric vRouter agent's port-IPC REST API, for tests.
+//!
+//! It follows /work/shared/reference/vrouter-agent-api.md so that a plugin that works
+//! against it works unchanged against the real agent: same paths, status codes, bodies,
+//! UUID ordering and "404 until ready" behaviour. The only addition is `GET /sim/ports`,
+//! which the plugin never calls.
+//!
+//! Usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] [--delay-ms N]
+//!        [--fail METHOD:PATH_PREFIX:STATUS]...
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::{env, process, thread};
+
+const USAGE: &str = "usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] \
+                     [--delay-ms N] [--fail METHOD:PATH_PREFIX:STATUS]...";
+const AUTHOR: &str = "/usr/bin/contrail-vrouter-agent";
+const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+const NO_VLAN: u16 = 65535;
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_BODY: usize = 1 << 20;
+/// Keeps a silent or stuck client from pinning a thread forever.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The POST /vm fields the agent refuses to do without.
+const REQUIRED: [&str; 5] = ["vm-uuid", "host-ifname", "vm-name", "vn-uuid", "vmi-uuid"];
+
+// ---------------------------------------------------------------- pod description file
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PodFile {
+    pods: Vec<PodSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PodSpec {
+    name: String,
+    namespace: String,
+    #[serde(default = "default_cluster")]
+    cluster: String,
+    uuid: String,
+    vmis: Vec<VmiSpec>,
+}
+
+fn default_cluster() -> String {
+    "k8s".into()
+}
+
+// Unknown keys are rejected so that a typo in a test fixture fails loudly instead of
+// silently dropping, say, a delay.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct VmiSpec {
+    uuid: String,
+    network: String,
+    vn_name: Option<String>,
+    vn_uuid: Option<String>,
+    mac: String,
+    ip: Option<String>,
+    gateway: Option<String>,
+    dns: Option<String>,
+    ip6: Option<String>,
+    v6_plen: Option<u8>,
+    v6_gateway: Option<String>,
+    v6_dns: Option<String>,
+    interface: Option<String>,
+    #[serde(default)]
+    default_gw: bool,
+    #[serde(default)]
+    cfg_delay_ms: u64,
+    #[serde(default)]
+    ip_delay_ms: u64,
+}
+
+/// A pod as the agent knows it; `vmis` is sorted by UUID because that is the order in
+/// which the agent lists them.
+struct Pod {
+    uuid: String,
+    vm_name: String,
+    vmis: Vec<Vmi>,
+}
+
+struct Vmi {
+    vn_uuid: String,
+    vn_name: String,
+    annotations: Vec<String>,
+    /// v4 address and prefix length split out of the `ip` CIDR.
+    v4: Option<(String, u8)>,
+    spec: VmiSpec,
+}
+
+impl Vmi {
+    /// Whether GET /vm/... may show this VMI: configured, delays elapsed and some IPAM.
+    fn ip_ready(&self, age: Duration) -> bool {
+        let wait = self.spec.cfg_delay_ms.max(self.spec.ip_delay_ms);
+        (self.v4.is_some() || self.spec.ip6.is_some()) && age >= Duration::from_millis(wait)
+    }
+
+    fn cfg_json(&self, vm_uuid: &str) -> Value {
+        json!({
+            "id": self.spec.uuid, "vm-uuid": vm_uuid, "vn-id": self.vn_uuid,
+            "vn-name": self.vn_name, "mac-address": self.spec.mac,
+            "sub-interface": false, "vlan-id": NO_VLAN, "annotations": self.annotations,
+        })
+    }
+
+    fn oper_json(&self, vm_uuid: &str, ports: &BTreeMap<String, Value>) -> Value {
+        // Before any POST /vm the agent reports the VMI's own name, never a host ifname.
+        let system_name = ports
+            .get(&self.spec.uuid)
+            .and_then(|p| str_field(p, "host-ifname"))
+            .unwrap_or(&self.spec.uuid);
+        let Value::Object(mut m) = json!({
+            "id": self.spec.uuid, "instance-id": vm_uuid, "vn-id": self.vn_uuid,
+            "vm-project-id": NIL_UUID, "mac-address": self.spec.mac,
+            "system-name": system_name, "rx-vlan-id": NO_VLAN, "tx-vlan-id": NO_VLAN,
+            "vhostuser-mode": 0, "author": AUTHOR, "time": agent_time(),
+        }) else {
+            unreachable!("json! object literal")
+        };
+        let s = &self.spec;
+        let mut put = |key: &str, value: Option<Value>| {
+            if let Some(v) = value {
+                m.insert(key.into(), v);
+            }
+        };
+        put(
+            "ip-address",
+            self.v4.as_ref().map(|(a, _)| a.as_str().into()),
+        );
+        put("plen", self.v4.as_ref().map(|&(_, p)| p.into()));
+        put("gateway", s.gateway.as_deref().map(Into::into));
+        put("dns-server", s.dns.as_deref().map(Into::into));
+        put("v6-ip-address", s.ip6.as_deref().map(Into::into));
+        put("v6-plen", s.v6_plen.map(Into::into));
+        put("v6-gateway", s.v6_gateway.as_deref().map(Into::into));
+        put("v6-dns-server", s.v6_dns.as_deref().map(Into::into));
+        Value::Object(m)
+    }
+}
+
+fn load_pods(path: &str) -> Result<Vec<Pod>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let file: PodFile = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    let mut seen = HashSet::new();
+    let mut pods = Vec::new();
+    for spec in file.pods {
+        let pod = build_pod(spec).map_err(|e| format!("{path}: {e}"))?;
+        // Lookups go by vm-name and by UUID, so each must name one thing only.
+        let keys = [&pod.uuid, &pod.vm_name].into_iter();
+        for key in keys.chain(pod.vmis.iter().map(|v| &v.spec.uuid)) {
+            if !seen.insert(key.clone()) {
+                return Err(format!("{path}: {key} appears more than once"));
+            }
+        }
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
+fn build_pod(spec: PodSpec) -> Result<Pod, String> {
+    let PodSpec {
+        name,
+        namespace,
+        cluster,
+        uuid,
+        vmis,
+    } = spec;
+    let ctx = format!("pod {namespace}/{name}");
+    for (what, value) in [
+        ("name", &name),
+        ("namespace", &namespace),
+        ("cluster", &cluster),
+    ] {
+        if !is_name(value) {
+            return Err(format!("{ctx}: bad {what} {value:?}"));
+        }
+    }
+    if !is_uuid(&uuid) {
+        return Err(format!(
+            "{ctx}: uuid {uuid:?} is not a lowercase dashed UUID"
+        ));
+    }
+    if vmis.is_empty() {
+        return Err(format!("{ctx}: no vmis"));
+    }
+    let total = vmis.len();
+    let names = [cluster.as_str(), namespace.as_str(), name.as_str()];
+    let mut built = vmis
+        .into_iter()
+        .enumerate()
+        .map(|(k, s)| {
+            build_vmi(s, names, format!("{k}/{total}")).map_err(|e| format!("{ctx}: vmi {k}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    built.sort_by(|a, b| a.spec.uuid.cmp(&b.spec.uuid));
+    let vm_name = format!("{cluster}__{namespace}__{name}");
+    Ok(Pod {
+        uuid,
+        vm_name,
+        vmis: built,
+    })
+}
+
+/// Validates one VMI of the pod named by `[cluster, namespace, name]`; `index` is "k/N".
+fn build_vmi(spec: VmiSpec, [cluster, ns, pod]: [&str; 3], index: String) -> Result<Vmi, String> {
+    let s = &spec;
+    if !is_uuid(&s.uuid) {
+        return Err(format!("uuid {:?} is not a lowercase dashed UUID", s.uuid));
+    }
+    if !is_name(&s.network) {
+        return Err(format!("bad network {:?}", s.network));
+    }
+    if !is_mac(&s.mac) {
+        return Err(format!("mac {:?} is not like 02:b8:6a:c0:68:cf", s.mac));
+    }
+    let vn_name = s
+        .vn_name
+        .clone()
+        .unwrap_or_else(|| format!("default-domain:k8s-{ns}:{}", s.network));
+    let vn_uuid = s.vn_uuid.clone().unwrap_or_else(|| derived_uuid(&vn_name));
+    if !is_uuid(&vn_uuid) {
+        return Err(format!(
+            "vn-uuid {vn_uuid:?} is not a lowercase dashed UUID"
+        ));
+    }
+    let v4 = match &s.ip {
+        None => None,
+        Some(cidr) => Some(
+            cidr.split_once('/')
+                .and_then(|(a, p)| Some((a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?)))
+                .filter(|&(_, p)| p <= 32)
+                .map(|(a, p)| (a.to_string(), p))
+                .ok_or_else(|| format!("ip {cidr:?} is not an IPv4 CIDR like 10.10.0.3/24"))?,
+        ),
+    };
+    check_addr::<Ipv4Addr>("gateway", s.gateway.as_deref(), v4.is_some())?;
+    check_addr::<Ipv4Addr>("dns", s.dns.as_deref(), v4.is_some())?;
+    check_addr::<Ipv6Addr>(
+        "ip6 (plain address, prefix in v6-plen)",
+        s.ip6.as_deref(),
+        true,
+    )?;
+    check_addr::<Ipv6Addr>("v6-gateway", s.v6_gateway.as_deref(), s.ip6.is_some())?;
+    check_addr::<Ipv6Addr>("v6-dns", s.v6_dns.as_deref(), s.ip6.is_some())?;
+    if let Some(p) = s.v6_plen.filter(|&p| p > 128 || s.ip6.is_none()) {
+        return Err(format!("v6-plen {p} needs ip6 and must be at most 128"));
+    }
+    if let Some(i) = s.interface.as_ref().filter(|i| !is_name(i)) {
+        return Err(format!("bad interface {i:?}"));
+    }
+    let project = format!("k8s-{ns}");
+    let mut pairs = vec![
+        ("cluster", cluster),
+        ("kind", "Pod"),
+        ("name", pod),
+        ("namespace", ns),
+        ("network", s.network.as_str()),
+        ("owner", "k8s"),
+        ("project", project.as_str()),
+        ("index", index.as_str()),
+    ];
+    pairs.extend(s.interface.as_deref().map(|i| ("interface", i)));
+    if s.default_gw {
+        pairs.push(("default-gw", "true"));
+    }
+    let annotations = pairs.iter().map(|(k, v)| format!("{{{k}:{v}}}")).collect();
+    Ok(Vmi {
+        vn_uuid,
+        vn_name,
+        annotations,
+        v4,
+        spec,
+    })
+}
+
+/// Validates an optional address; `allowed` is false when its family has no address.
+fn check_addr<T: FromStr>(what: &str, value: Option<&str>, allowed: bool) -> Result<(), String> {
+    match value {
+        None => Ok(()),
+        Some(v) if !allowed => Err(format!("{what} {v:?} given without an address")),
+        Some(v) => v
+            .parse::<T>()
+            .map(drop)
+            .map_err(|_| format!("bad {what} {v:?}")),
+    }
+}
+
+// ---------------------------------------------------------------- small helpers
+
+/// Lowercase hex with dashes, the only UUID spelling the agent's routes accept.
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => matches!(b, b'0'..=b'9' | b'a'..=b'f'),
+        })
+}
+
+fn is_mac(s: &str) -> bool {
+    s.len() == 17
+        && s.bytes().enumerate().all(|(i, b)| match i % 3 {
+            2 => b == b':',
+            _ => matches!(b, b'0'..=b'9' | b'a'..=b'f'),
+        })
+}
+
+/// Names end up as URL path segments, directory names and /sys/class/net entries, so
+/// anything that could escape a directory or split a request line is refused.
+fn is_name(s: &str) -> bool {
+    !matches!(s, "" | "." | "..") && !s.chars().any(|c| c == '/' || c.is_whitespace())
+}
+
+/// Stable across runs and Rust versions (unlike std's hasher): two FNV-1a passes with
+/// different offsets give the 128 bits of a UUID-shaped VN id.
+fn derived_uuid(seed: &str) -> String {
+    let fnv = |basis: u64| {
+        seed.bytes().fold(basis, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    };
+    let hex = format!(
+        "{:016x}{:016x}",
+        fnv(0xcbf2_9ce4_8422_2325),
+        fnv(0x8422_2325_cbf2_9ce4)
+    );
+    let (a, b, c, d, e) = (
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..],
+    );
+    format!("{a}-{b}-{c}-{d}-{e}")
+}
+
+/// The agent's timestamp format: hours since the epoch, then minutes, seconds, micros.
+fn agent_time() -> String {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let s = t.as_secs();
+    let (h, m, sec, us) = (s / 3600, s / 60 % 60, s % 60, t.subsec_micros());
+    format!("{h}:{m:02}:{sec:02}.{us:06}")
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// Checks a port record (POST /vm body or state file) the way the agent does, returning
+/// the reason for refusing it.
+fn check_port(port: &Value) -> Result<(), String> {
+    if !port.is_object() {
+        return Err("body is not a JSON object".into());
+    }
+    for key in REQUIRED {
+        let value = str_field(port, key).unwrap_or("");
+        // The agent parses the UUIDs; the names become paths here and in the agent.
+        let ok = if key.ends_with("uuid") {
+            is_uuid(value)
+        } else {
+            is_name(value)
+        };
+        if !ok {
+            return Err(format!("missing or malformed {key} {value:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn error_body(status: u16) -> &'static str {
+    match status {
+        400 => "{ Bad Request }",
+        404 => "{ Not Found }",
+        413 => "{ Payload Too Large }",
+        _ => "{ Internal Server Error }",
+    }
+}
+
+// ---------------------------------------------------------------- the agent
+
+/// An answer: JSON for 200, or an error status plus a reason that only goes to the log.
+type Reply = Result<Value, (u16, String)>;
+
+fn not_found() -> (u16, String) {
+    (404, String::new())
+}
+
+struct FailRule {
+    method: String,
+    prefix: String,
+    status: u16,
+}
+
+struct State {
+    /// Per pod (same index as `Sim::pods`): when a request first named it.
+    first_seen: Vec<Option<Instant>>,
+    /// Registered ports keyed by vmi-uuid, each the record as POSTed or reloaded.
+    ports: BTreeMap<String, Value>,
+}
+
+struct Sim {
+    pods: Vec<Pod>,
+    fails: Vec<FailRule>,
+    delay: Duration,
+    state_dir: Option<PathBuf>,
+    state: Mutex<State>,
+}
+
+impl Sim {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicked handler must not take every later request down with it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Time since a request first named pod `i`, starting that clock on the first call.
+    fn age(st: &mut State, i: usize) -> Duration {
+        st.first_seen[i].get_or_insert_with(Instant::now).elapsed()
+    }
+
+    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
+        let rule = self
+            .fails
+            .iter()
+            .find(|f| f.method == method && path.starts_with(&f.prefix));
+        let reply = match rule {
+            Some(f) => Err((f.status, "--fail".into())),
+            None => self.route(method, path, body),
+        };
+        match reply {
+            Ok(v) => (200, v.to_string(), String::new()),
+            Err((status, why)) => (status, error_body(status).into(), why),
+        }
+    }
+
+    fn route(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+        let segments: Vec<&str> = path.split('/').collect();
+        match (method, segments.as_slice()) {
+            ("GET", ["", "vm-cfg", name]) => self.vm_cfg(name),
+            ("GET", ["", "vm", vm]) if is_uuid(vm) => self.vm_oper(vm, None),
+            ("GET", ["", "vm", vm, vmi]) if is_uuid(vm) && is_uuid(vmi) => {
+                self.vm_oper(vm, Some(*vmi))
+            }
+            ("POST", ["", "vm"]) => self.register(body),
+            ("DELETE", ["", "vm", vm]) if is_uuid(vm) => {
+                let mut st = self.lock();
+                if let Some(i) = self.pods.iter().position(|p| p.uuid == *vm) {
+                    Self::age(&mut st, i);
+                }
+                st.ports.retain(|_, p| str_field(p, "vm-uuid") != Some(*vm));
+                Ok(json!({}))
+            }
+            ("GET", ["", "sim", "ports"]) => Ok(self.lock().ports.values().cloned().collect()),
+            _ => Err(not_found()),
+        }
+    }
+
+    fn vm_cfg(&self, name: &str) -> Reply {
+        let i = self
+            .pods
+            .iter()
+            .position(|p| p.vm_name == name)
+            .ok_or_else(not_found)?;
+        let age = Self::age(&mut self.lock(), i);
+        let pod = &self.pods[i];
+        let visible = pod
+            .vmis
+            .iter()
+            .filter(|v| age >= Duration::from_millis(v.spec.cfg_delay_ms));
+        let cfg: Vec<Value> = visible.map(|v| v.cfg_json(&pod.uuid)).collect();
+        if cfg.is_empty() {
+            return Err(not_found());
+        }
+        Ok(cfg.into())
+    }
+
+    /// GET /vm/<vm> (`vmi` None) or /vm/<vm>/<vmi>.
+    fn vm_oper(&self, vm: &str, vmi: Option<&str>) -> Reply {
+        let i = self
+            .pods
+            .iter()
+            .position(|p| p.uuid == vm)
+            .ok_or_else(not_found)?;
+        let mut st = self.lock();
+        let age = Self::age(&mut st, i);
+        let pod = &self.pods[i];
+        let wanted: Vec<&Vmi> = pod
+            .vmis
+            .iter()
+            .filter(|v| vmi.is_none_or(|u| v.spec.uuid == u))
+            .collect();
+        // The whole-pod form answers only once every VMI of the pod is ready.
+        if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(age)) {
+            return Err(not_found());
+        }
+        Ok(wanted
+            .iter()
+            .map(|v| v.oper_json(&pod.uuid, &st.ports))
+            .collect())
+    }
+
+    fn register(&self, body: &[u8]) -> Reply {
+        let port: Value =
+            serde_json::from_slice(body).map_err(|e| (500, format!("invalid JSON: {e}")))?;
+        {
+            // Naming a pod starts its delay clocks, even in a request that is refused.
+            let (vm, name) = (str_field(&port, "vm-uuid"), str_field(&port, "vm-name"));
+            let mut st = self.lock();
+            for (i, p) in self.pods.iter().enumerate() {
+                if vm == Some(p.uuid.as_str()) || name == Some(p.vm_name.as_str()) {
+                    Self::age(&mut st, i);
+                }
+            }
+        }
+        check_port(&port).map_err(|e| (500, e))?;
+        let field = |key| str_field(&port, key).unwrap_or_default();
+        let ifname = field("host-ifname");
+        if !Path::new("/sys/class/net").join(ifname).exists() {
+            return Err((500, format!("interface {ifname} does not exist in OS")));
+        }
+        if let Some(dir) = &self.state_dir {
+            write_port_file(&dir.join(field("vm-name")), field("vmi-uuid"), &port)
+                .map_err(|e| (500, format!("writing port file: {e}")))?;
+        }
+        let vmi = field("vmi-uuid").to_owned();
+        self.lock().ports.insert(vmi, port);
+        Ok(json!({}))
+    }
+}
+
+/// Writes `<vm_dir>/<vmi>` like the agent: the record plus author and time, never
+/// overwriting an existing file, private to root.
+fn write_port_file(vm_dir: &Path, vmi: &str, port: &Value) -> io::Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(vm_dir)?;
+    let mut record: Map<String, Value> = port.as_object().cloned().unwrap_or_default();
+    record.insert("author".into(), AUTHOR.into());
+    record.insert("time".into(), agent_time().into());
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(vm_dir.join(vmi));
+    match file {
+        Ok(mut f) => f.write_all(&serde_json::to_vec(&record)?),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the agent does on restart: re-register every UUID-named file under `<dir>/*/`.
+fn reload_ports(dir: &Path) -> BTreeMap<String, Value> {
+    let read = |path: &Path| -> Result<Value, String> {
+        let bytes = fs::read(path).map_err(|e| e.to_string())?;
+        let port: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        check_port(&port)?;
+        Ok(port)
+    };
+    let vm_dirs = fs::read_dir(dir).into_iter().flatten().flatten();
+    let files = vm_dirs
+        .filter_map(|d| fs::read_dir(d.path()).ok())
+        .flatten()
+        .flatten();
+    let mut ports = BTreeMap::new();
+    for file in files.filter(|f| f.file_name().to_str().is_some_and(is_uuid)) {
+        match read(&file.path()) {
+            Ok(port) => {
+                let vmi = str_field(&port, "vmi-uuid").unwrap_or_default().to_owned();
+                ports.insert(vmi, port);
+            }
+            Err(e) => eprintln!("skipping {}: {e}", file.path().display()),
+        }
+    }
+    eprintln!(
+        "re-registered {} port(s) from {}",
+        ports.len(),
+        dir.display()
+    );
+    ports
+}
+
+// ---------------------------------------------------------------- HTTP
+
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+/// Reads one request; `Ok(None)` when the peer closed without sending anything, `Err`
+/// with the status to answer when the request is malformed.
+fn read_request(r: &mut impl BufRead) -> Result<Option<Request>, u16> {
+    let mut lines = Vec::new();
+    let mut used = 0;
+    loop {
+        let mut line = Vec::new();
+        let limit = (MAX_HEAD - used) as u64;
+        let n = r
+            .by_ref()
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .map_err(|_| 400u16)?;
+        if n == 0 && used == 0 {
+            return Ok(None);
+        }
+        used += n;
+        // Covers EOF mid-head and a head larger than MAX_HEAD alike.
+        let Some(line) = line.strip_suffix(b"\n") else {
+            return Err(400);
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        lines.push(String::from_utf8(line.to_vec()).map_err(|_| 400u16)?);
+    }
+    let (request_line, headers) = lines.split_first().ok_or(400u16)?;
+    let [method, path, version] = request_line.split(' ').collect::<Vec<_>>()[..] else {
+        return Err(400);
+    };
+    let method_ok = !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase());
+    if !method_ok || !path.starts_with('/') || !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(400);
+    }
+    let mut length = None;
+    for header in headers {
+        let (name, value) = header.split_once(':').ok_or(400u16)?;
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(400); // The agent's clients send Content-Length; no chunking here.
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let n: usize = value.trim().parse().map_err(|_| 400u16)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(400);
+            }
+            length = Some(n);
+        }
+    }
+    let length = length.unwrap_or(0);
+    if length > MAX_BODY {
+        return Err(413);
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).map_err(|_| 400u16)?;
+    let (method, path) = (method.to_owned(), path.to_owned());
+    Ok(Some(Request { method, path, body }))
+}
+
+fn serve(sim: &Sim, stream: TcpStream) {
+    // Timeouts are best effort: failing to set one only loses the protection.
+    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let Some(request) = read_request(&mut BufReader::new(&stream)).transpose() else {
+        return;
+    };
+    thread::sleep(sim.delay);
+    match request {
+        Ok(req) => {
+            let (status, body, why) = sim.answer(&req.method, &req.path, &req.body);
+            let why = if why.is_empty() {
+                why
+            } else {
+                format!(" ({why})")
+            };
+            eprintln!("{} {} {status}{why}", req.method, req.path);
+            respond(&stream, status, &body);
+        }
+        Err(status) => {
+            eprintln!("- - {status} (malformed request)");
+            respond(&stream, status, error_body(status));
+            // Unread input would make close() send a reset that can destroy the answer
+            // before the client reads it, so swallow a bounded amount of it.
+            let _ = stream.shutdown(Shutdown::Write);
+            let _ = io::copy(&mut (&stream).take(2 * MAX_BODY as u64), &mut io::sink());
+        }
+    }
+}
+
+fn respond(mut stream: &TcpStream, status: u16, body: &str) {
+    // The agent says "OK" whatever the code; clients must key on the number only.
+    let response = format!(
+        "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // The client may already be gone; there is nobody left to tell.
+    let _ = stream.write_all(response.as_bytes());
+}
+
+// ---------------------------------------------------------------- command line
+
+struct Args {
+    pods: String,
+    listen: String,
+    state_dir: Option<PathBuf>,
+    delay: Duration,
+    fails: Vec<FailRule>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut it = env::args().skip(1);
+    let (mut pods, mut listen, mut state_dir) = (None, "127.0.0.1:9091".to_owned(), None);
+    let (mut delay, mut fails) = (Duration::ZERO, Vec::new());
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--pods" => pods = Some(value),
+            "--listen" => listen = value,
+            "--state-dir" => state_dir = Some(PathBuf::from(value)),
+            "--delay-ms" => {
+                let ms = value
+                    .parse()
+                    .map_err(|_| format!("bad --delay-ms {value:?}"))?;
+                delay = Duration::from_millis(ms);
+            }
+            "--fail" => {
+                let rule = parse_fail(&value).ok_or_else(|| format!("bad --fail {value:?}"))?;
+                fails.push(rule);
+            }
+            _ => return Err(format!("unknown argument {flag:?}")),
+        }
+    }
+    let pods = pods.ok_or("--pods is required")?;
+    Ok(Args {
+        pods,
+        listen,
+        state_dir,
+        delay,
+        fails,
+    })
+}
+
+/// `METHOD:PATH_PREFIX:STATUS`; the prefix may itself contain colons.
+fn parse_fail(s: &str) -> Option<FailRule> {
+    let (method, rest) = s.split_once(':')?;
+    let (prefix, status) = rest.rsplit_once(':')?;
+    let status = status.parse().ok().filter(|s| (400..600).contains(s))?;
+    let ok = !method.is_empty() && prefix.starts_with('/');
+    ok.then(|| FailRule {
+        method: method.into(),
+        prefix: prefix.into(),
+        status,
+    })
+}
+
+fn die(msg: &str) -> ! {
+    eprintln!("agent_sim: {msg}");
+    process::exit(2)
+}
+
+fn main() {
+    let args = parse_args().unwrap_or_else(|e| die(&format!("{e}\n{USAGE}")));
+    let pods = load_pods(&args.pods).unwrap_or_else(|e| die(&e));
+    let ports = args
+        .state_dir
+        .as_deref()
+        .map(reload_ports)
+        .unwrap_or_default();
+    let listener = TcpListener::bind(&args.listen)
+        .unwrap_or_else(|e| die(&format!("cannot listen on {}: {e}", args.listen)));
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|e| die(&e.to_string()));
+    // Tests wait for exactly this line to learn the port, so it must not sit in a buffer.
+    println!("listening on {addr}");
+    io::stdout()
+        .flush()
+        .unwrap_or_else(|e| die(&format!("stdout: {e}")));
+    let first_seen = vec![None; pods.len()];
+    let sim = Arc::new(Sim {
+        pods,
+        fails: args.fails,
+        delay: args.delay,
+        state_dir: args.state_dir,
+        state: Mutex::new(State { first_seen, ports }),
+    });
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let sim = Arc::clone(&sim);
+                thread::spawn(move || serve(&sim, stream));
+            }
+            Err(e) => eprintln!("accept: {e}"),
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! Test harness: runs the real release binary as a runtime does (environment + stdin), in
+//! network namespaces the test creates and always removes, against the agent simulator.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub fn plugin_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_contrail-k8s-cni"))
+}
+
+/// The simulator example, built next to the binary (`cargo build --release --examples`).
+pub fn sim_bin() -> PathBuf {
+    let p = plugin_bin().parent().unwrap().join("examples/agent_sim");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release --examples` first",
+        p.display()
+    );
+    p
+}
+
+pub fn uuid() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A short random tag for names that must be unique across parallel tests.
+pub fn tag() -> String {
+    uuid()[..8].to_string()
+}
+
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let name = format!("ck8s-{}", tag());
+        sh("ip", &["netns", "add", &name]);
+        sh("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        Netns { name }
+    }
+
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// `ip -j addr show` inside the namespace, by interface name.
+    pub fn links(&self) -> Vec<Value> {
+        serde_json::from_str(&sh("ip", &["-n", &self.name, "-j", "addr", "show"])).unwrap()
+    }
+
+    pub fn link(&self, ifname: &str) -> Option<Value> {
+        self.links().into_iter().find(|l| l["ifname"] == ifname)
+    }
+
+    pub fn ifnames(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .links()
+            .iter()
+            .map(|l| l["ifname"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Addresses of an interface as "addr/plen", global scope only.
+    pub fn addrs(&self, ifname: &str) -> Vec<String> {
+        let link = self
+            .link(ifname)
+            .unwrap_or_else(|| panic!("{ifname} missing in {}", self.name));
+        link["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["scope"] == "global")
+            .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+            .collect()
+    }
+
+    pub fn mac(&self, ifname: &str) -> String {
+        self.link(ifname).unwrap()["address"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    pub fn mtu(&self, ifname: &str) -> u64 {
+        self.link(ifname).unwrap()["mtu"].as_u64().unwrap()
+    }
+
+    /// Default routes as (family, gateway, device).
+    pub fn default_routes(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for fam in ["-4", "-6"] {
+            let routes: Vec<Value> = serde_json::from_str(&sh(
+                "ip",
+                &["-n", &self.name, "-j", fam, "route", "show", "default"],
+            ))
+            .unwrap();
+            for r in routes {
+                out.push((
+                    fam.to_string(),
+                    r["gateway"].as_str().unwrap_or("").to_string(),
+                    r["dev"].as_str().unwrap_or("").to_string(),
+                ));
+            }
+        }
+        out
+    }
+
+    pub fn v6_tentative(&self, ifname: &str) -> bool {
+        let link = self.link(ifname).unwrap();
+        link["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["family"] == "inet6" && a["scope"] == "global" && a["tentative"] == true)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+pub fn host_link_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
+}
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new() -> TempDir {
+        let p = std::env::temp_dir().join(format!("ck8s-test-{}", tag()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One VMI of a simulated pod.
+#[derive(Clone)]
+pub struct VmiSpec {
+    pub uuid: String,
+    pub network: String,
+    pub mac: String,
+    pub ip: Option<String>,
+    pub gateway: Option<String>,
+    pub ip6: Option<String>,
+    pub v6_gateway: Option<String>,
+    pub extra: Value,
+}
+
+impl VmiSpec {
+    /// A VMI on `network` numbered `n` within the test: 10.<n>.0.<n+10>/24, fd00:<n>::<n+10>.
+    pub fn new(network: &str, n: u8) -> VmiSpec {
+        VmiSpec {
+            uuid: uuid(),
+            network: network.to_string(),
+            mac: format!("02:{:02x}:{:02x}:00:00:{:02x}", rand_byte(), rand_byte(), n),
+            ip: Some(format!("10.{n}.0.{}/24", n + 10)),
+            gateway: Some(format!("10.{n}.0.1")),
+            ip6: None,
+            v6_gateway: None,
+            extra: json!({}),
+        }
+    }
+
+    pub fn dual_stack(mut self) -> VmiSpec {
+        let n = self
+            .ip
+            .as_ref()
+            .unwrap()
+            .split('.')
+            .nth(1)
+            .unwrap()
+            .to_string();
+        self.ip6 = Some(format!("fd00:{n}::{n}a"));
+        self.v6_gateway = Some(format!("fd00:{n}::1"));
+        self
+    }
+
+    pub fn with(mut self, key: &str, value: Value) -> VmiSpec {
+        self.extra[key] = value;
+        self
+    }
+
+    pub fn addr(&self) -> String {
+        self.ip.clone().unwrap()
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({"uuid": self.uuid, "network": self.network, "mac": self.mac});
+        for (k, val) in [
+            ("ip", &self.ip),
+            ("gateway", &self.gateway),
+            ("ip6", &self.ip6),
+            ("v6-gateway", &self.v6_gateway),
+        ] {
+            if let Some(x) = val {
+                v[k] = json!(x);
+            }
+        }
+        for (k, val) in self.extra.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        v
+    }
+}
+
+fn rand_byte() -> u8 {
+    u8::from_str_radix(&uuid()[..2], 16).unwrap()
+}
+
+/// A simulated pod: namespace/name and its VMIs in index order.
+#[derive(Clone)]
+pub struct PodSpec {
+    pub namespace: String,
+    pub name: String,
+    pub uuid: String,
+    pub vmis: Vec<VmiSpec>,
+}
+
+impl PodSpec {
+    pub fn new(vmis: Vec<VmiSpec>) -> PodSpec {
+        PodSpec {
+            namespace: "default".into(),
+            name: format!("pod-{}", tag()),
+            uuid: uuid(),
+            vmis,
+        }
+    }
+
+    pub fn vm_name(&self) -> String {
+        format!("k8s__{}__{}", self.namespace, self.name)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"name": self.name, "namespace": self.namespace, "uuid": self.uuid,
+               "vmis": self.vmis.iter().map(VmiSpec::to_json).collect::<Vec<_>>()})
+    }
+
+    /// CNI_ARGS exactly as Multus builds them: its own keys, then the runtime's again.
+    pub fn multus_args(&self, container_id: &str) -> String {
+        let own = format!(
+            "K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
+            self.namespace, self.name, self.uuid
+        );
+        format!("IgnoreUnknown=true;{own};IgnoreUnknown=1;{own}")
+    }
+}
+
+/// The agent simulator on an ephemeral loopback port, killed on drop.
+pub struct Sim {
+    child: Child,
+    pub port: u16,
+    _dir: TempDir,
+}
+
+impl Sim {
+    pub fn start(pods: &[&PodSpec], args: &[&str]) -> Sim {
+        let dir = TempDir::new();
+        let file = dir.0.join("pods.json");
+        let body = json!({"pods": pods.iter().map(|p| p.to_json()).collect::<Vec<_>>()});
+        std::fs::write(&file, body.to_string()).unwrap();
+        let mut child = Command::new(sim_bin())
+            .args(["--pods", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("simulator did not start: {line:?}"));
+        Sim {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let body = ureq::get(&url)
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The ports the agent has registered: (vmi uuid, host ifname, vm ifname).
+    pub fn ports(&self) -> Vec<(String, String, String)> {
+        self.get("/sim/ports")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let s = |k: &str| p[k].as_str().unwrap_or("").to_string();
+                (s("vmi-uuid"), s("host-ifname"), s("vm-ifname"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the plugin printed and how it exited.
+#[derive(Debug)]
+pub struct Output {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+
+    /// The CNI error code, asserting the call failed with a proper error object.
+    pub fn code(&self) -> u64 {
+        assert!(!self.ok, "expected a failure, got success: {}", self.stdout);
+        let j = self.json();
+        assert!(
+            j["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "error without msg: {j}"
+        );
+        j["code"].as_u64().unwrap()
+    }
+
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap().to_string()
+    }
+
+    #[track_caller]
+    pub fn assert_ok(&self) -> &Output {
+        assert!(
+            self.ok,
+            "plugin failed: stdout={} stderr={}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// Runs the plugin binary with the given environment and stdin, as a runtime does.
+pub fn run_plugin(env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut child = Command::new(plugin_bin())
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A plugin that rejects its environment exits before reading stdin, as runtimes allow.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    let out = child.wait_with_output().unwrap();
+    Output {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// One node's plugin setup: a config dir, a node conf dir, and the simulator's port.
+pub struct Node {
+    pub config_dir: TempDir,
+    pub conf_dir: TempDir,
+    pub port: u16,
+    pub contrail: Value,
+}
+
+impl Node {
+    pub fn new(sim: &Sim) -> Node {
+        let config_dir = TempDir::new();
+        let contrail = json!({
+            "vrouter-port": sim.port,
+            "config-dir": config_dir.0.join("ports").to_str().unwrap(),
+            "poll-timeout": 0.5,
+            "poll-retries": 6,
+            "log-file": config_dir.0.join("cni.log").to_str().unwrap(),
+            "log-level": "debug",
+        });
+        Node {
+            config_dir,
+            conf_dir: TempDir::new(),
+            port: sim.port,
+            contrail,
+        }
+    }
+
+    pub fn ports_dir(&self) -> PathBuf {
+        self.config_dir.0.join("ports")
+    }
+
+    /// The network config Multus hands a delegate: the NAD's config plus its injected name.
+    pub fn netconf(&self, version: &str, network: &str) -> Value {
+        json!({"cniVersion": version, "name": network, "type": "contrail-k8s-cni", "contrail": self.contrail})
+    }
+
+    pub fn call(
+        &self,
+        command: &str,
+        container_id: &str,
+        netns: &str,
+        ifname: &str,
+        args: &str,
+        conf: &Value,
+    ) -> Output {
+        run_plugin(
+            &[
+                ("CNI_COMMAND", command),
+                ("CNI_CONTAINERID", container_id),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", ifname),
+                ("CNI_ARGS", args),
+                ("CNI_PATH", "/opt/cni/bin"),
+                ("CONTRAIL_CNI_CONF_DIR", self.conf_dir.0.to_str().unwrap()),
+            ],
+            conf.to_string().as_bytes(),
+        )
+    }
+
+    /// State files (vmi uuids) of a pod.
+    pub fn state_files(&self, pod: &PodSpec) -> Vec<String> {
+        let dir = self.ports_dir().join(pod.vm_name());
+        let mut v: Vec<String> = match std::fs::read_dir(dir) {
+            Ok(rd) => rd
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| !n.starts_with('.'))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        v.sort();
+        v
+    }
+
+    pub fn pod_dir_exists(&self, pod: &PodSpec) -> bool {
+        self.ports_dir().join(pod.vm_name()).exists()
+    }
+}
+
+/// Waits for a condition with a bound; panics with `what` when it does not hold in time.
+pub fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < bound,
+            "timed out after {bound:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
