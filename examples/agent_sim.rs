@@ -1,6 +1,6 @@
 //! Stand-in for the Tungsten Fabric vRouter agent's port-IPC REST API, for tests.
 //!
-//! It follows /work/shared/reference/vrouter-agent-api.md so that a plugin that works
+//! It follows the agent's port-IPC contract (README, "The agent simulator") so that a plugin that works
 //! against it works unchanged against the real agent: same paths, status codes, bodies,
 //! UUID ordering and "404 until ready" behaviour. The only addition is `GET /sim/ports`,
 //! which the plugin never calls.
