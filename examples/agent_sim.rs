@@ -1,9 +1,9 @@
 //! Stand-in for the Tungsten Fabric vRouter agent's port-IPC REST API, for tests.
 //!
-//! It follows the agent's port-IPC contract (README, "The agent simulator") so that a plugin that works
-//! against it works unchanged against the real agent: same paths, status codes, bodies,
-//! UUID ordering and "404 until ready" behaviour. The only addition is `GET /sim/ports`,
-//! which the plugin never calls.
+//! It follows the agent's port-IPC contract (README, "The agent simulator") so that a
+//! plugin that works against it works unchanged against the real agent: same paths,
+//! status codes, bodies, UUID ordering and "404 until ready" behaviour. The only
+//! addition is `GET /sim/ports`, which the plugin never calls.
 //!
 //! Usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] [--delay-ms N]
 //!        [--fail METHOD:PATH_PREFIX:STATUS]...
@@ -540,7 +540,7 @@ impl Sim {
 }
 
 /// Writes `<vm_dir>/<vmi>` like the agent: the record plus author and time, never
-/// overwriting an existing file, private to root.
+/// overwriting an existing file, readable by its owner only.
 fn write_port_file(vm_dir: &Path, vmi: &str, port: &Value) -> io::Result<()> {
     DirBuilder::new()
         .recursive(true)
