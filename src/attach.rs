@@ -145,16 +145,28 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
     for addr in &addresses {
         ctr.add_addr(link.index, *addr).map_err(link_err)?;
     }
-    let (on_link, default) = routes(plan);
+    let (on_link, mut default) = routes(plan);
+    // Another plugin's interface (the cluster network under CNI-Genie, say) may already carry
+    // the pod's default route: it stays theirs, and ours is left out of the result.
+    let mut taken = Vec::new();
+    for r in &default {
+        if let Some(oif) = other_default(ctr, r.dst, link.index)? {
+            log::info!(
+                "{}: the pod's {} default route is on interface #{oif} already: leaving it",
+                plan.ifname,
+                r.dst
+            );
+            taken.push(r.dst);
+        }
+    }
+    default.retain(|r| !taken.contains(&r.dst));
     for r in on_link.iter().chain(&default) {
-        ctr.add_route(&Route { dst: r.dst, gateway: r.gw, oif: Some(link.index) }).map_err(|e| {
-            let hint = if e.is_exists() && r.gw.is_some() {
-                " (another interface of the pod already has a default route: is default-gw set on two networks?)"
-            } else {
-                ""
-            };
-            Error::new(code::INTERFACE, format!("{e}{hint}"))
-        })?;
+        ctr.add_route(&Route {
+            dst: r.dst,
+            gateway: r.gw,
+            oif: Some(link.index),
+        })
+        .map_err(link_err)?;
     }
     let host_link = host
         .link(plan.host_ifname)
@@ -197,6 +209,16 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
     })
 }
 
+/// The interface index of a default route of `dst`'s family on another interface than ours.
+fn other_default(ctr: &Socket, dst: IpNetwork, ours: u32) -> Result<Option<u32>> {
+    let routes = ctr.routes(dst.is_ipv6()).map_err(link_err)?;
+    Ok(routes
+        .iter()
+        .filter(|r| r.dst == dst)
+        .filter_map(|r| r.oif)
+        .find(|oif| *oif != ours))
+}
+
 /// Verifies that the container still has what [`setup`] created.
 pub fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
     let fail = |what: String| Error::new(code::CHECK_FAILED, what);
@@ -230,10 +252,10 @@ pub fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
     let (_, default) = routes(plan);
     for want in default {
         let routes = ctr.routes(want.dst.is_ipv6()).map_err(link_err)?;
-        if !routes
+        let ours = routes
             .iter()
-            .any(|r| r.dst == want.dst && r.gateway == want.gw && r.oif == Some(link.index))
-        {
+            .any(|r| r.dst == want.dst && r.gateway == want.gw && r.oif == Some(link.index));
+        if !ours && other_default(&ctr, want.dst, link.index)?.is_none() {
             return Err(fail(format!(
                 "the default route via {} on {} is missing",
                 want.gw.map(|g| g.to_string()).unwrap_or_default(),

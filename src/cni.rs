@@ -236,6 +236,56 @@ impl Outcome {
     }
 }
 
+/// Appends this plugin's result to the previous plugin's in a chain: its interfaces, IPs (their
+/// `interface` indexes shifted past the earlier interfaces), routes and nameservers. The earlier
+/// entries are re-shaped for `version` (`ips[].version` before 1.0.0 only).
+pub fn chain(prev: &Value, ours: Value, version: Version) -> Value {
+    let list = |v: &Value, key: &str| {
+        v.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut interfaces = list(prev, "interfaces");
+    let offset = interfaces.len() as u64;
+    interfaces.extend(list(&ours, "interfaces"));
+    let mut ips = list(prev, "ips");
+    for ip in &mut ips {
+        if version >= Version::V100 {
+            ip.as_object_mut().map(|o| o.remove("version"));
+        } else if ip.get("version").is_none() {
+            let v6 = ip
+                .get("address")
+                .and_then(Value::as_str)
+                .is_some_and(|a| a.contains(':'));
+            ip["version"] = json!(if v6 { "6" } else { "4" });
+        }
+    }
+    for mut ip in list(&ours, "ips") {
+        if let Some(i) = ip.get("interface").and_then(Value::as_u64) {
+            ip["interface"] = json!(i + offset);
+        }
+        ips.push(ip);
+    }
+    let mut routes = list(prev, "routes");
+    routes.extend(list(&ours, "routes"));
+    let mut dns = prev
+        .get("dns")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    let mut servers = list(&dns, "nameservers");
+    for s in list(&ours["dns"], "nameservers") {
+        if !servers.contains(&s) {
+            servers.push(s);
+        }
+    }
+    if !servers.is_empty() {
+        dns["nameservers"] = Value::Array(servers);
+    }
+    json!({"cniVersion": version.as_str(), "interfaces": interfaces, "ips": ips, "routes": routes, "dns": dns})
+}
+
 /// The CNI_* environment of one invocation, validated as libcni's skel does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Env {
@@ -424,6 +474,41 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn chained_results_append_and_shift_interface_indexes() {
+        let prev = json!({"cniVersion": "0.4.0",
+            "interfaces": [{"name": "br0", "mac": "aa:aa:aa:aa:aa:aa"}, {"name": "eth0", "mac": "bb:bb:bb:bb:bb:bb", "sandbox": "/x"}],
+            "ips": [{"version": "4", "address": "10.244.0.2/24", "gateway": "10.244.0.1", "interface": 1}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.0.1"}],
+            "dns": {"nameservers": ["10.1.0.2"], "search": ["svc"]}});
+        let merged = chain(&prev, outcome().to_json(Version::V100), Version::V100);
+        assert_eq!(merged["interfaces"].as_array().unwrap().len(), 4);
+        assert_eq!(merged["interfaces"][3]["name"], "net1");
+        let ips = merged["ips"].as_array().unwrap();
+        assert_eq!(
+            ips.iter()
+                .map(|i| i["interface"].as_u64().unwrap())
+                .collect::<Vec<_>>(),
+            [1, 3, 3]
+        );
+        assert!(
+            ips.iter().all(|i| i.get("version").is_none()),
+            "1.0.0 has no ips[].version"
+        );
+        assert_eq!(merged["routes"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            merged["dns"],
+            json!({"nameservers": ["10.1.0.2"], "search": ["svc"]})
+        );
+        let old = chain(
+            &json!({"ips": [{"address": "fd00::2/64", "interface": 0}]}),
+            outcome().to_json(Version::V031),
+            Version::V031,
+        );
+        assert_eq!(old["ips"][0]["version"], "6");
+        assert_eq!(old["cniVersion"], "0.3.1");
     }
 
     fn outcome() -> Outcome {

@@ -56,6 +56,8 @@ pub struct NetConf {
     pub network: String,
     pub prev_result: Option<Value>,
     pub runtime_config: Option<Value>,
+    /// `args`, where Multus puts a network selection's `cni-args` under `cni`.
+    pub args: Option<Value>,
     pub contrail: Contrail,
 }
 
@@ -136,6 +138,7 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
     };
     let prev_result = object("prevResult")?;
     let runtime_config = object("runtimeConfig")?;
+    let args = object("args")?;
 
     // Key by key: defaults, then the node file, then stdin; remember where each value came from
     // so an error can point the operator at the right file.
@@ -165,6 +168,7 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
         network,
         prev_result,
         runtime_config,
+        args,
         contrail: contrail(merged)?,
     })
 }

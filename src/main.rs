@@ -106,7 +106,11 @@ fn dispatch(env: &Env, conf: &NetConf, pod: Option<&pod::Pod>) -> cni::Result<Op
                     "K8S_POD_NAME is missing; ADD needs the pod's name",
                 )
             })?;
-            Ok(Some(plugin::add(env, conf, pod)?.to_json(conf.cni_version)))
+            let result = plugin::add(env, conf, pod)?.to_json(conf.cni_version);
+            Ok(Some(match &conf.prev_result {
+                Some(prev) => cni::chain(prev, result, conf.cni_version),
+                None => result,
+            }))
         }
         Command::Del => plugin::del(env, conf, pod).map(|()| None),
         Command::Check => plugin::check(env, conf, pod).map(|()| None),

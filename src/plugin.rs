@@ -42,10 +42,15 @@ fn now() -> String {
 /// Runtimes and meta-plugins may ask for an IP or MAC; Contrail allocates both, so a request
 /// is logged and ignored (documented in the README), never silently honoured in part.
 fn warn_about_requests(conf: &NetConf, env: &Env) {
-    let rc = conf.runtime_config.as_ref();
-    for key in ["ips", "mac"] {
-        if let Some(v) = rc.and_then(|r| r.get(key)) {
-            log::warn!("ignoring runtimeConfig.{key} {v}: Contrail allocates addresses and MACs");
+    let sources = [
+        ("runtimeConfig", conf.runtime_config.as_ref()),
+        ("args.cni", conf.args.as_ref().and_then(|a| a.get("cni"))),
+    ];
+    for (section, value) in sources {
+        for key in ["ips", "mac"] {
+            if let Some(v) = value.and_then(|r| r.get(key)) {
+                log::warn!("ignoring {section}.{key} {v}: Contrail allocates addresses and MACs");
+            }
         }
     }
     for kv in env

@@ -389,7 +389,12 @@ impl Output {
 
 /// Runs the plugin binary with the given environment and stdin, as a runtime does.
 pub fn run_plugin(env: &[(&str, &str)], stdin: &[u8]) -> Output {
-    let mut child = Command::new(plugin_bin())
+    run_cni(&plugin_bin(), env, stdin)
+}
+
+/// Runs any CNI plugin binary (ours or Debian's) with the given environment and stdin.
+pub fn run_cni(bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut child = Command::new(bin)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env.iter().copied())
@@ -495,5 +500,95 @@ pub fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
             "timed out after {bound:?} waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One delegate of a Multus-style pod: which plugin, its config, and the interface name.
+pub struct Delegate {
+    pub bin: PathBuf,
+    pub conf: Value,
+    pub ifname: String,
+}
+
+impl Delegate {
+    pub fn contrail(node: &Node, version: &str, network: &str, ifname: &str) -> Delegate {
+        Delegate {
+            bin: plugin_bin(),
+            conf: node.netconf(version, network),
+            ifname: ifname.into(),
+        }
+    }
+
+    /// A Debian reference plugin from /usr/lib/cni.
+    pub fn debian(conf: Value, ifname: &str) -> Delegate {
+        let bin = Path::new("/usr/lib/cni").join(conf["type"].as_str().unwrap());
+        assert!(
+            bin.exists(),
+            "{} is missing: install containernetworking-plugins (scripts/test does)",
+            bin.display()
+        );
+        Delegate {
+            bin,
+            conf,
+            ifname: ifname.into(),
+        }
+    }
+}
+
+/// What Multus (thin plugin, v4) does with a pod's delegates: ADD them in order and, when one
+/// fails, DEL the failed one and every earlier one; DEL them in reverse order.
+pub struct Multus<'a> {
+    pub node: &'a Node,
+    pub container_id: String,
+    pub netns: String,
+    pub args: String,
+}
+
+impl Multus<'_> {
+    pub fn call(&self, command: &str, d: &Delegate) -> Output {
+        let env = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", self.container_id.as_str()),
+            ("CNI_NETNS", self.netns.as_str()),
+            ("CNI_IFNAME", d.ifname.as_str()),
+            ("CNI_ARGS", self.args.as_str()),
+            ("CNI_PATH", "/usr/lib/cni"),
+            (
+                "CONTRAIL_CNI_CONF_DIR",
+                self.node.conf_dir.0.to_str().unwrap(),
+            ),
+        ];
+        run_cni(&d.bin, &env, d.conf.to_string().as_bytes())
+    }
+
+    /// ADD every delegate; on the first failure, roll back as Multus does and return its index.
+    pub fn add_all(&self, delegates: &[Delegate]) -> Result<Vec<Value>, (usize, Output)> {
+        let mut results = Vec::new();
+        for (i, d) in delegates.iter().enumerate() {
+            let out = self.call("ADD", d);
+            if !out.ok {
+                for earlier in delegates[..=i].iter().rev() {
+                    self.call("DEL", earlier).assert_ok();
+                }
+                return Err((i, out));
+            }
+            results.push(out.json());
+        }
+        Ok(results)
+    }
+
+    pub fn del_all(&self, delegates: &[Delegate]) {
+        for d in delegates.iter().rev() {
+            self.call("DEL", d).assert_ok();
+        }
+    }
+}
+
+/// A host link the test created (a bridge a plugin made, a macvlan master), deleted on drop.
+pub struct HostLink(pub String);
+
+impl Drop for HostLink {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
     }
 }

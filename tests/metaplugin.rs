@@ -1,0 +1,142 @@
+//! What Multus and CNI-Genie really send, and how they react to failures.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[test]
+fn requested_ips_and_macs_are_logged_and_ignored() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    let mut conf = node.netconf("0.4.0", "net-a");
+    // Multus puts capability args in runtimeConfig, a selection's cni-args under args.cni, and
+    // may append IP= / MAC= to CNI_ARGS.
+    conf["runtimeConfig"] = json!({"ips": ["192.0.2.9/24"], "mac": "02:11:22:33:44:55"});
+    conf["args"] =
+        json!({"cni": {"ips": ["192.0.2.10/24"], "mac": "02:11:22:33:44:56", "other": 1}});
+    let args = format!(
+        "{};IP=192.0.2.11/24;MAC=02:11:22:33:44:57",
+        pod.multus_args(&cid)
+    );
+    let r = node
+        .call("ADD", &cid, &ns.path(), "net1", &args, &conf)
+        .assert_ok()
+        .json();
+    // Contrail's allocation wins, in the interface and in the result.
+    assert_eq!(
+        (ns.mac("net1"), ns.addrs("net1")),
+        (pod.vmis[1].mac.clone(), vec![pod.vmis[1].addr()])
+    );
+    assert_eq!(r["interfaces"][1]["mac"], pod.vmis[1].mac);
+    assert_eq!(r["ips"][0]["address"], pod.vmis[1].addr());
+    let log = std::fs::read_to_string(node.config_dir.0.join("cni.log")).unwrap();
+    for what in [
+        "runtimeConfig.ips",
+        "runtimeConfig.mac",
+        "args.cni.ips",
+        "args.cni.mac",
+        "CNI_ARGS IP=",
+        "CNI_ARGS MAC=",
+    ] {
+        assert!(
+            log.contains(&format!("ignoring {what}")),
+            "no warning for {what}:\n{log}"
+        );
+    }
+    node.call("DEL", &cid, &ns.path(), "net1", &args, &conf)
+        .assert_ok();
+}
+
+#[test]
+fn multus_dels_every_delegate_after_a_later_one_fails() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    // The third delegate is a network kube-manager made no VMI for (a typo in the pod's
+    // annotation, say): its ADD fails. (Debian's macvlan cannot play this part: its DEL
+    // re-validates the whole config and fails wherever its ADD did.)
+    let delegates = [
+        Delegate::contrail(&node, "0.3.1", "contrail-k8s-cni", "eth0"),
+        Delegate::contrail(&node, "0.3.0", "net-a", "net1"),
+        Delegate::contrail(&node, "0.3.0", "net-typo", "net2"),
+    ];
+    let multus = Multus {
+        node: &node,
+        container_id: cid.clone(),
+        netns: ns.path(),
+        args: pod.multus_args(&cid),
+    };
+    let (failed, _) = multus
+        .add_all(&delegates)
+        .expect_err("the macvlan delegate must fail");
+    assert_eq!(failed, 2);
+    // Multus DELed net2, net1 and eth0: nothing of the pod is left anywhere.
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+    // The retry Kubernetes makes then succeeds from scratch.
+    multus
+        .add_all(&delegates[..2])
+        .unwrap_or_else(|(i, out)| panic!("retry of delegate {i}: {out:?}"));
+    assert_eq!(ns.ifnames(), ["eth0", "lo", "net1"]);
+    multus.del_all(&delegates[..2]);
+}
+
+#[test]
+fn cni_genie_names_and_its_partial_rollback() {
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+    ];
+    let pod = PodSpec::new(vmis.clone());
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    // CNI-Genie: eth0..ethN, no K8S_POD_UID, cniVersion 0.3.0 filled in.
+    let args = format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+        pod.namespace, pod.name
+    );
+    let genie = Multus {
+        node: &node,
+        container_id: cid,
+        netns: ns.path(),
+        args,
+    };
+    let delegates = [
+        Delegate::contrail(&node, "0.3.0", "contrail-k8s-cni", "eth0"),
+        Delegate::contrail(&node, "0.3.0", "net-a", "eth1"),
+        Delegate::contrail(&node, "0.3.0", "net-a", "eth2"),
+        Delegate::contrail(&node, "0.3.0", "net-z", "eth3"),
+    ];
+    for d in &delegates[..3] {
+        genie.call("ADD", d).assert_ok();
+    }
+    for (ifname, v) in [("eth0", &vmis[0]), ("eth1", &vmis[1]), ("eth2", &vmis[2])] {
+        assert_eq!(
+            (ns.mac(ifname), ns.addrs(ifname)),
+            (v.mac.clone(), vec![v.addr()]),
+            "{ifname}"
+        );
+    }
+    // eth3's network is not one of the pod's: the ADD fails and undoes its own work, since
+    // Genie DELs only the earlier, successful plugins.
+    let out = genie.call("ADD", &delegates[3]);
+    assert_eq!(out.code(), 101);
+    assert_eq!(ns.ifnames(), ["eth0", "eth1", "eth2", "lo"]);
+    assert_eq!(node.state_files(&pod).len(), 3);
+    for d in delegates[..3].iter().rev() {
+        genie.call("DEL", d).assert_ok();
+    }
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+}

@@ -1,0 +1,241 @@
+//! The ready-made files in netconf/ are the ones users copy: these tests drive the plugin with
+//! exactly those files, the way Multus and CNI-Genie would read and pass them, overriding only
+//! what points at this test's simulator and directories.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn netconf(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("netconf")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn yaml_docs(name: &str) -> Vec<serde_yaml::Value> {
+    let text = netconf(name);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn annotation(doc: &serde_yaml::Value, key: &str) -> String {
+    doc["metadata"]["annotations"][key]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// netconf/10-contrail.conf as installed on the node, with this test's agent and directories.
+fn install_node_conf(node: &Node) -> Value {
+    let mut conf: Value = serde_json::from_str(&netconf("10-contrail.conf")).unwrap();
+    for (k, v) in node.contrail.as_object().unwrap() {
+        conf["contrail"][k] = v.clone();
+    }
+    std::fs::write(node.conf_dir.0.join("10-contrail.conf"), conf.to_string()).unwrap();
+    conf
+}
+
+/// One entry of the pod's networks annotation, as Multus resolves it.
+struct Selection {
+    namespace: String,
+    network: String,
+    ifname: String,
+}
+
+#[test]
+fn multus_pod_from_the_netconf_files() {
+    // The pod and its networks, from netconf/pod.yaml and netconf/networks.yaml.
+    let pod_doc = &yaml_docs("pod.yaml")[0];
+    let pod_ns = pod_doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wanted: Vec<Value> =
+        serde_json::from_str(&annotation(pod_doc, "k8s.v1.cni.cncf.io/networks")).unwrap();
+    let selections: Vec<Selection> = wanted
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let full = w["name"].as_str().unwrap();
+            let (namespace, network) = full.split_once('/').unwrap_or((&pod_ns, full));
+            // Multus: `net<position>` unless the pod asked for a name.
+            let ifname = w["interface"]
+                .as_str()
+                .map_or_else(|| format!("net{}", i + 1), str::to_string);
+            Selection {
+                namespace: namespace.into(),
+                network: network.into(),
+                ifname,
+            }
+        })
+        .collect();
+    let nads: Vec<serde_yaml::Value> = yaml_docs("networks.yaml");
+    let nad_config = |s: &Selection| -> Value {
+        let nad = nads
+            .iter()
+            .find(|d| {
+                d["metadata"]["name"].as_str() == Some(&s.network)
+                    && d["metadata"]["namespace"].as_str() == Some(&s.namespace)
+            })
+            .unwrap_or_else(|| panic!("no NAD {}/{} in networks.yaml", s.namespace, s.network));
+        let mut conf: Value =
+            serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+        assert!(
+            conf.get("name").is_none(),
+            "the shipped NADs rely on Multus injecting the name"
+        );
+        conf["name"] = json!(s.network); // what Multus injects: the NAD name, no namespace
+        conf
+    };
+
+    // kube-manager's VMIs: index 0 for the cluster network, then one per selection in order.
+    let mut vmis = vec![VmiSpec::new("default", 1)];
+    for (i, s) in selections.iter().enumerate() {
+        let mut v = VmiSpec::new(&s.network, i as u8 + 2);
+        if let Some(name) = wanted[i]["interface"].as_str() {
+            v = v.with("interface", json!(name));
+        }
+        vmis.push(v);
+    }
+    let mut pod = PodSpec::new(vmis.clone());
+    pod.namespace = pod_ns;
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    install_node_conf(&node);
+
+    // The cluster network delegate from netconf/00-multus.conf, pointed at this test's agent.
+    let multus_conf: Value = serde_json::from_str(&netconf("00-multus.conf")).unwrap();
+    let mut cluster = multus_conf["delegates"][0].clone();
+    for (k, v) in node.contrail.as_object().unwrap() {
+        cluster["contrail"][k] = v.clone();
+    }
+    let mut delegates = vec![Delegate {
+        bin: plugin_bin(),
+        conf: cluster,
+        ifname: "eth0".into(),
+    }];
+    for s in &selections {
+        delegates.push(Delegate {
+            bin: plugin_bin(),
+            conf: nad_config(s),
+            ifname: s.ifname.clone(),
+        });
+    }
+    let ns = Netns::new();
+    let cid = uuid();
+    let multus = Multus {
+        node: &node,
+        container_id: cid.clone(),
+        netns: ns.path(),
+        args: pod.multus_args(&cid),
+    };
+    multus
+        .add_all(&delegates)
+        .unwrap_or_else(|(i, out)| panic!("delegate {i} failed: {out:?}"));
+
+    // eth0 is the cluster VMI; net1, net2 net-a's first and second; net3 net-c; eth5 net-b.
+    let expect = [
+        ("eth0", 0),
+        ("net1", 1),
+        ("net2", 2),
+        ("net3", 3),
+        ("eth5", 4),
+    ];
+    assert_eq!(ns.ifnames(), ["eth0", "eth5", "lo", "net1", "net2", "net3"]);
+    for (ifname, i) in expect {
+        assert_eq!(
+            (ns.mac(ifname), ns.addrs(ifname)),
+            (vmis[i].mac.clone(), vec![vmis[i].addr()]),
+            "{ifname}"
+        );
+    }
+    assert_eq!(
+        ns.default_routes(),
+        [("-4".to_string(), "10.1.0.1".to_string(), "eth0".to_string())]
+    );
+    multus.del_all(&delegates);
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn cni_genie_pod_from_the_netconf_files() {
+    let pod_doc = &yaml_docs("genie-pod.yaml")[0];
+    let plugins: Vec<String> = annotation(pod_doc, "cni")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(plugins, ["calico", "contrail-k8s-cni"]);
+    let mut pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    pod.name = format!(
+        "{}-{}",
+        pod_doc["metadata"]["name"].as_str().unwrap(),
+        tag()
+    );
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let mut contrail_conf = install_node_conf(&node);
+    // Genie fills a missing cniVersion with 0.3.0; the shipped file has one, Genie keeps it.
+    contrail_conf["cniVersion"] = json!("0.3.0");
+
+    // calico's role (eth0 and the pod's default route) is played by Debian's bridge.
+    let t = tag();
+    let bridge = HostLink(format!("ck8sg{t}"));
+    let ipam_dir = TempDir::new();
+    let subnet = u8::from_str_radix(&t[..2], 16).unwrap() % 200 + 20;
+    let calico = json!({"cniVersion": "0.3.0", "name": "calico", "type": "bridge", "bridge": bridge.0,
+        "isGateway": true, "isDefaultGateway": true,
+        "ipam": {"type": "host-local", "subnet": format!("10.245.{subnet}.0/24"), "dataDir": ipam_dir.0}});
+    let delegates = [
+        Delegate::debian(calico, "eth0"),
+        Delegate {
+            bin: plugin_bin(),
+            conf: contrail_conf,
+            ifname: "eth1".into(),
+        },
+    ];
+    let ns = Netns::new();
+    let cid = uuid();
+    // Genie's CNI_ARGS: no K8S_POD_UID.
+    let args = format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+        pod.namespace, pod.name
+    );
+    let genie = Multus {
+        node: &node,
+        container_id: cid,
+        netns: ns.path(),
+        args,
+    };
+    for d in &delegates {
+        genie.call("ADD", d).assert_ok();
+    }
+    assert_eq!(ns.ifnames(), ["eth0", "eth1", "lo"]);
+    assert_eq!(
+        (ns.mac("eth1"), ns.addrs("eth1")),
+        (pod.vmis[0].mac.clone(), vec![pod.vmis[0].addr()])
+    );
+    // The cluster-network VMI would carry the default route, but calico's eth0 holds it.
+    assert_eq!(
+        ns.default_routes(),
+        [(
+            "-4".to_string(),
+            format!("10.245.{subnet}.1"),
+            "eth0".to_string()
+        )]
+    );
+    genie.call("CHECK", &delegates[1]).assert_ok();
+    for d in delegates.iter().rev() {
+        genie.call("DEL", d).assert_ok();
+    }
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+}
