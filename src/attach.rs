@@ -1,17 +1,180 @@
-//! The attachment engine: creates, checks and removes the veth of one VMI. Plugin mode calls it
-//! once per invocation; thick mode once per VMI of the pod.
+//! The attachment engine: everything about one VMI's interface, from its state record to its
+//! veth and its registration with the agent. Plugin mode runs it once per invocation; thick
+//! mode once per VMI of the pod.
 
 use std::net::IpAddr;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnetwork::IpNetwork;
 
-use crate::cni::{self, Error, Interface, Outcome, Result, code};
+use crate::agent::Agent;
+use crate::cni::{self, Env, Error, Interface, Outcome, Result, code};
+use crate::config::NetConf;
 use crate::netlink::{self, Netlink, Netns, Route, Socket, VethEnd};
-use crate::vmi::{IpConfig, Mac};
+use crate::pod::Pod;
+use crate::state::{self, PodDir, Record, STATE_VERSION};
+use crate::vmi::{self, IpConfig, Mac, Vmi};
+
+pub fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let what = format!("{what} {}", path.display());
+    move |e| Error::io(format!("{what}: {e}"))
+}
+
+/// Takes the pod's state lock (see [`PodDir::lock`]).
+pub fn lock(conf: &NetConf, vm_name: &str) -> Result<PodDir> {
+    let dir = &conf.contrail.config_dir;
+    PodDir::lock(dir, vm_name).map_err(io_err("locking pod state in", &dir.join(vm_name)))
+}
+
+pub fn open_netns(path: &str) -> Result<Netns> {
+    Netns::open(Path::new(path))
+        .map_err(|e| Error::env("CNI_NETNS", format!("cannot open {path}: {e}")))
+}
+
+pub fn netlink() -> Result<Netlink> {
+    Netlink::new().map_err(|e| Error::new(code::INTERFACE, format!("opening netlink: {e}")))
+}
+
+/// The pod directory holding this sandbox's attachments (the one on `ifname`, or any): from
+/// CNI_ARGS, else by scanning (a DEL from a caller that sends no pod name). `None` when there
+/// is nothing to act on.
+pub fn locate(
+    conf: &NetConf,
+    env: &Env,
+    pod: Option<&Pod>,
+    ifname: Option<&str>,
+) -> Result<Option<String>> {
+    let dir = &conf.contrail.config_dir;
+    let vm_name = match pod {
+        Some(p) => p.vm_name(&conf.contrail.cluster_name),
+        None => match state::find_pod(dir, &env.container_id, ifname)
+            .map_err(io_err("searching", dir))?
+        {
+            Some(name) => name,
+            None => return Ok(None),
+        },
+    };
+    Ok(dir.join(&vm_name).is_dir().then_some(vm_name))
+}
+
+/// The state record of one attachment: the agent's POST /vm body plus ours.
+pub fn record(env: &Env, vm_name: &str, vmi: &Vmi, ifname: &str, default_gw: bool) -> Record {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Record {
+        time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
+        container_id: env.container_id.clone(),
+        vm_uuid: vmi.vm_uuid.clone(),
+        vm_name: vm_name.to_string(),
+        host_ifname: vmi::host_ifname(&vmi.uuid),
+        ifname: ifname.to_string(),
+        netns: env.netns.clone(),
+        vn_uuid: vmi.vn_uuid.clone(),
+        vmi_uuid: vmi.uuid.clone(),
+        state_version: STATE_VERSION.to_string(),
+        network: vmi.network.clone(),
+        mac: vmi.mac.to_string(),
+        default_gw: default_gw.to_string(),
+    }
+}
+
+fn plan<'a>(conf: &NetConf, record: &'a Record, ip: &'a IpConfig) -> Plan<'a> {
+    Plan {
+        host_ifname: &record.host_ifname,
+        ifname: &record.ifname,
+        netns_path: &record.netns,
+        // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
+        mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
+        mtu: conf.contrail.mtu,
+        ip,
+        default_route: record.default_gw == "true",
+    }
+}
+
+/// Brings a claimed attachment up: waits for its IP config, creates and configures the
+/// interface, registers the port. On failure nothing of the interface is left; the claim is
+/// the caller's to release.
+pub fn bring_up(
+    agent: &Agent,
+    conf: &NetConf,
+    nl: &Netlink,
+    netns: &Netns,
+    record: &Record,
+) -> Result<Outcome> {
+    let ip = agent.wait_for_ip(&record.vm_uuid, &record.vmi_uuid)?;
+    let outcome = setup(nl, netns, &plan(conf, record, &ip))?;
+    agent.register(record).inspect_err(|_| {
+        if let Err(e) = teardown(nl, &record.host_ifname) {
+            log::warn!("rollback: {e}");
+        }
+    })?;
+    Ok(outcome)
+}
+
+/// CHECK of one attachment: the agent still has the port under our host name, and the
+/// interfaces are as [`bring_up`] left them.
+pub fn verify(
+    agent: &Agent,
+    conf: &NetConf,
+    nl: &Netlink,
+    netns: &Netns,
+    record: &Record,
+) -> Result<()> {
+    let fail = |msg: String| Error::new(code::CHECK_FAILED, msg);
+    let ip = agent
+        .ip_config(
+            &record.vm_uuid,
+            &record.vmi_uuid,
+            conf.contrail.poll_timeout,
+        )?
+        .ok_or_else(|| {
+            fail(format!(
+                "the agent no longer has VMI {} of pod {}",
+                record.vmi_uuid, record.vm_name
+            ))
+        })?;
+    if ip.registered_as.as_deref() != Some(record.host_ifname.as_str()) {
+        return Err(fail(format!(
+            "the agent has VMI {} registered as {:?}, not {}",
+            record.vmi_uuid,
+            ip.registered_as.as_deref().unwrap_or("nothing"),
+            record.host_ifname
+        )));
+    }
+    check(nl, netns, &plan(conf, record, &ip))
+}
+
+/// Removes records from the (locked) pod directory; when no attachment of the pod is left,
+/// deregisters the pod from the agent (best effort: the agent has no per-VMI delete) and
+/// removes the directory.
+pub fn forget(agent: &Agent, dir: PodDir, gone: &[Record]) -> Result<()> {
+    for r in gone {
+        dir.remove(&r.vmi_uuid)
+            .map_err(io_err("removing state in", dir.path()))?;
+    }
+    let (records, unreadable) = dir.records().map_err(io_err("reading", dir.path()))?;
+    if let (true, true, Some(any)) = (records.is_empty(), unreadable.is_empty(), gone.first()) {
+        if let Err(e) = agent.unregister_pod(&any.vm_uuid) {
+            log::warn!("pod {} left registered with the agent: {e}", any.vm_name);
+        }
+        let path = dir.path().to_path_buf();
+        dir.remove_if_empty().map_err(io_err("removing", &path))?;
+    }
+    Ok(())
+}
+
+/// Undoes claims after a failed ADD. Errors are logged: the caller is already failing.
+pub fn release(agent: &Agent, conf: &NetConf, vm_name: &str, gone: &[Record]) {
+    if let Err(e) = lock(conf, vm_name).and_then(|dir| forget(agent, dir, gone)) {
+        log::warn!("rollback of the claims of pod {vm_name}: {e}");
+    }
+}
 
 /// Everything needed to build one interface: plain data, decided before any effect.
 #[derive(Debug, Clone)]
-pub struct Plan<'a> {
+struct Plan<'a> {
     pub host_ifname: &'a str,
     pub ifname: &'a str,
     pub netns_path: &'a str,
@@ -28,7 +191,7 @@ fn link_err(e: netlink::Error) -> Error {
 
 /// An IPv6 network must carry at least 1280 bytes; say so before creating anything rather
 /// than fail later with a bare EINVAL.
-pub fn check_mtu(plan: &Plan) -> Result<()> {
+fn check_mtu(plan: &Plan) -> Result<()> {
     if plan.ip.v6.is_some() && plan.mtu < 1280 {
         return Err(Error::config(
             "contrail.mtu",
@@ -44,7 +207,7 @@ pub fn check_mtu(plan: &Plan) -> Result<()> {
 /// The routes a plan installs in the container: an on-link host route to each gateway outside
 /// its address's prefix (an IPv6 /128 always), then the default routes if this interface
 /// carries them.
-pub fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
+fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
     let gateways: Vec<(IpNetwork, IpAddr)> = [
         plan.ip
             .v4
@@ -85,7 +248,7 @@ pub fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
 
 /// Creates and configures the interface. On failure it removes the veth it created, so the
 /// caller only has its own bookkeeping to undo.
-pub fn setup(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<Outcome> {
+fn setup(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<Outcome> {
     check_mtu(plan)?;
     let host = nl.host().map_err(link_err)?;
     let ctr = nl.open(netns).map_err(link_err)?;
@@ -220,7 +383,7 @@ fn other_default(ctr: &Socket, dst: IpNetwork, ours: u32) -> Result<Option<u32>>
 }
 
 /// Verifies that the container still has what [`setup`] created.
-pub fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
+fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
     let fail = |what: String| Error::new(code::CHECK_FAILED, what);
     let host = nl.host().map_err(link_err)?;
     let ctr = nl.open(netns).map_err(link_err)?;

@@ -231,9 +231,13 @@ fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
     Ok((records, bad))
 }
 
-/// Finds the pod directory holding (container id, ifname) when the pod's name is unknown
-/// (a DEL without CNI_ARGS): a scan of every pod's records.
-pub fn find_pod(config_dir: &Path, container_id: &str, ifname: &str) -> io::Result<Option<String>> {
+/// Finds the pod directory holding an attachment of this container (on `ifname`, or on any
+/// interface) when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod.
+pub fn find_pod(
+    config_dir: &Path,
+    container_id: &str,
+    ifname: Option<&str>,
+) -> io::Result<Option<String>> {
     let entries = match fs::read_dir(config_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -245,7 +249,9 @@ pub fn find_pod(config_dir: &Path, container_id: &str, ifname: &str) -> io::Resu
             continue;
         }
         let (records, _) = read_records(&entry.path())?;
-        if records.iter().any(|r| r.is(container_id, ifname)) {
+        let ours =
+            |r: &Record| r.container_id == container_id && ifname.is_none_or(|i| r.ifname == i);
+        if records.iter().any(ours) {
             return Ok(entry.file_name().to_str().map(str::to_string));
         }
     }
@@ -352,11 +358,11 @@ mod tests {
         let (_, bad) = pod.records().unwrap();
         assert!(bad[0].why.contains("state version"), "{}", bad[0].why);
         assert_eq!(
-            find_pod(&root, "c0", "eth0").unwrap().as_deref(),
+            find_pod(&root, "c0", Some("eth0")).unwrap().as_deref(),
             Some("k8s__default__p")
         );
-        assert_eq!(find_pod(&root, "c0", "eth1").unwrap(), None);
-        assert_eq!(find_pod(&root.join("absent"), "c0", "eth0").unwrap(), None);
+        assert_eq!(find_pod(&root, "c0", Some("eth1")).unwrap(), None);
+        assert_eq!(find_pod(&root.join("absent"), "c0", None).unwrap(), None);
         fs::remove_dir_all(&root).unwrap();
     }
 
