@@ -13,7 +13,36 @@ mod netlink;
 mod plugin;
 mod pod;
 mod state;
+#[cfg(feature = "thick")]
+mod thick;
 mod vmi;
+
+/// Without the `thick` feature, thick mode is refused (code 7) with how to get it.
+#[cfg(not(feature = "thick"))]
+mod thick {
+    use crate::cni::{Env, Error, Outcome, Result};
+    use crate::config::NetConf;
+    use crate::pod::Pod;
+
+    fn refused<T>() -> Result<T> {
+        Err(Error::config(
+            "contrail.mode",
+            "\"thick\" needs a build with thick mode: cargo build --release --features thick",
+        ))
+    }
+
+    pub fn add(_: &Env, _: &NetConf, _: &Pod) -> Result<Outcome> {
+        refused()
+    }
+
+    pub fn del(_: &Env, _: &NetConf, _: Option<&Pod>) -> Result<()> {
+        refused()
+    }
+
+    pub fn check(_: &Env, _: &NetConf, _: Option<&Pod>) -> Result<()> {
+        refused()
+    }
+}
 
 use std::io::{Read, Write};
 use std::panic::{self, AssertUnwindSafe};
@@ -92,12 +121,7 @@ fn run(version: &mut String) -> cni::Result<Option<Value>> {
 }
 
 fn dispatch(env: &Env, conf: &NetConf, pod: Option<&pod::Pod>) -> cni::Result<Option<Value>> {
-    if conf.contrail.mode == Mode::Thick && !cfg!(feature = "thick") {
-        return Err(Error::config(
-            "contrail.mode",
-            "\"thick\" needs a build with thick mode: cargo build --release --features thick",
-        ));
-    }
+    let thick = conf.contrail.mode == Mode::Thick;
     match env.command {
         Command::Add => {
             let pod = pod.ok_or_else(|| {
@@ -106,13 +130,20 @@ fn dispatch(env: &Env, conf: &NetConf, pod: Option<&pod::Pod>) -> cni::Result<Op
                     "K8S_POD_NAME is missing; ADD needs the pod's name",
                 )
             })?;
-            let result = plugin::add(env, conf, pod)?.to_json(conf.cni_version);
+            let outcome = if thick {
+                thick::add(env, conf, pod)
+            } else {
+                plugin::add(env, conf, pod)
+            };
+            let result = outcome?.to_json(conf.cni_version);
             Ok(Some(match &conf.prev_result {
                 Some(prev) => cni::chain(prev, result, conf.cni_version),
                 None => result,
             }))
         }
+        Command::Del if thick => thick::del(env, conf, pod).map(|()| None),
         Command::Del => plugin::del(env, conf, pod).map(|()| None),
+        Command::Check if thick => thick::check(env, conf, pod).map(|()| None),
         Command::Check => plugin::check(env, conf, pod).map(|()| None),
         Command::Version => unreachable!("answered before the config is read"),
     }

@@ -1,0 +1,611 @@
+//! libcni end to end: the release binary driven by libcni 1.1.2 (Debian's
+//! golang-github-appc-cni-dev), the library runtimes use, through `target/cnitool`
+//! (tests/cnitool/main.go: cnitool's interface, built by scripts/test), with the network
+//! configs shipped in netconf/ and Debian's `tuning` plugin (containernetworking-plugins 1.1.1)
+//! chained after us.
+//!
+//! What libcni adds over calling the plugin by hand (tests/plugin.rs): it finds .conf and
+//! .conflist files by network name, injects `name` and `cniVersion` into each plugin's config,
+//! hands each plugin's result to the next one as `prevResult`, caches the list's ADD result
+//! and gives it back to CHECK and DEL as `prevResult` (from 0.4.0 on), refuses CHECK below
+//! 0.4.0 without calling any plugin, and runs DEL in reverse plugin order.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+/// The versions both libcni 1.1.2 and the plugin support: libcni 1.1.2 knows none after 1.0.0.
+const VERSIONS: [&str; 4] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0"];
+/// The network name in both shipped files; for the plugin it means the cluster network, whose
+/// VMIs kube-manager annotates with network `default`.
+const NETWORK: &str = "contrail-k8s-cni";
+const TUNING: &str = "/usr/lib/cni/tuning";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The libcni driver. Built by scripts/test, not by cargo: a missing driver is a broken setup,
+/// so the tests fail (never skip) and say how to get it.
+fn cnitool_bin() -> PathBuf {
+    let p = repo().join("target/cnitool");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test, which builds it (`GO111MODULE=off \
+         GOPATH=/usr/share/gocode go build -o target/cnitool tests/cnitool/main.go`)",
+        p.display()
+    );
+    p
+}
+
+/// A config file as shipped in netconf/: the tests change only what they must, so the files
+/// users copy are the ones proven here.
+fn shipped(file: &str) -> Value {
+    let p = repo().join("netconf").join(file);
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
+}
+
+/// The container id cnitool derives from the netns path: "cnitool-" and the first 10 bytes of
+/// its sha512 in hex (computed with coreutils, independently of the driver).
+fn cnitool_container_id(netns: &str) -> String {
+    let mut child = Command::new("sha512sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(netns.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let hex = String::from_utf8(out.stdout).unwrap();
+    format!("cnitool-{}", &hex[..20])
+}
+
+/// One node's runtime, all of it private to the test so tests can run in parallel: network
+/// configs (NETCONFPATH), plugins (CNI_PATH), libcni's cache (CNI_CACHE_DIR), and through Node
+/// the plugin's state dir, log file and an empty node-wide config dir (CONTRAIL_CNI_CONF_DIR,
+/// so the machine's /etc/cni/net.d is never read).
+struct Runtime {
+    node: Node,
+    netconf_dir: TempDir,
+    bin_dir: TempDir,
+    cache_dir: TempDir,
+    args: String,
+}
+
+impl Runtime {
+    fn new(sim: &Sim, pod: &PodSpec) -> Runtime {
+        assert!(
+            Path::new(TUNING).exists(),
+            "{TUNING} is missing: install containernetworking-plugins (scripts/test does)"
+        );
+        let bin_dir = TempDir::new();
+        std::os::unix::fs::symlink(plugin_bin(), bin_dir.0.join("contrail-k8s-cni")).unwrap();
+        std::os::unix::fs::symlink(TUNING, bin_dir.0.join("tuning")).unwrap();
+        Runtime {
+            node: Node::new(sim),
+            netconf_dir: TempDir::new(),
+            bin_dir,
+            cache_dir: TempDir::new(),
+            // The pod identity as a runtime passes it; cnitool refuses empty values.
+            args: format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+                pod.namespace, pod.name
+            ),
+        }
+    }
+
+    /// Points a shipped `contrail` section at this test's simulator, state dir and log file.
+    fn localize(&self, contrail: &mut Value) {
+        for key in ["vrouter-port", "config-dir", "log-file"] {
+            contrail[key] = self.node.contrail[key].clone();
+        }
+    }
+
+    /// netconf/10-contrail.conf at `version`, as the only file in NETCONFPATH.
+    fn install_conf(&self, version: &str) -> Value {
+        let mut conf = shipped("10-contrail.conf");
+        conf["cniVersion"] = json!(version);
+        self.localize(&mut conf["contrail"]);
+        self.install("10-contrail.conf", &conf);
+        conf
+    }
+
+    /// netconf/contrail.conflist at `version`, optionally with its plugins in reverse order.
+    fn install_conflist(&self, version: &str, reverse: bool) -> Value {
+        let mut list = shipped("contrail.conflist");
+        list["cniVersion"] = json!(version);
+        let plugins = list["plugins"].as_array_mut().unwrap();
+        for p in plugins
+            .iter_mut()
+            .filter(|p| p["type"] == "contrail-k8s-cni")
+        {
+            self.localize(&mut p["contrail"]);
+        }
+        if reverse {
+            plugins.reverse();
+        }
+        self.install("contrail.conflist", &list);
+        list
+    }
+
+    fn install(&self, file: &str, conf: &Value) {
+        // One file at a time: libcni would prefer a .conflist to a .conf of the same name.
+        for e in std::fs::read_dir(&self.netconf_dir.0).unwrap() {
+            std::fs::remove_file(e.unwrap().path()).unwrap();
+        }
+        std::fs::write(self.netconf_dir.0.join(file), conf.to_string()).unwrap();
+    }
+
+    /// `cnitool add|check|del contrail-k8s-cni <netns>` with eth0, as a runtime does it.
+    fn cnitool(&self, command: &str, netns: &str) -> Output {
+        let out = Command::new(cnitool_bin())
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("NETCONFPATH", &self.netconf_dir.0)
+            .env("CNI_PATH", &self.bin_dir.0)
+            .env("CNI_CACHE_DIR", &self.cache_dir.0)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_ARGS", &self.args)
+            // libcni passes its own environment on to the plugins.
+            .env("CONTRAIL_CNI_CONF_DIR", &self.node.conf_dir.0)
+            .args([command, NETWORK, netns])
+            .output()
+            .unwrap();
+        Output {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+        }
+    }
+
+    #[track_caller]
+    fn add(&self, ns: &Netns) -> Value {
+        self.cnitool("add", &ns.path()).assert_ok().json()
+    }
+
+    /// libcni's cached results: `<cache dir>/results/<network>-<container id>-<ifname>`.
+    fn cache_files(&self) -> Vec<PathBuf> {
+        match std::fs::read_dir(self.cache_dir.0.join("results")) {
+            Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn cache_file(&self, netns: &str) -> PathBuf {
+        self.cache_dir
+            .0
+            .join("results")
+            .join(format!("{NETWORK}-{}-eth0", cnitool_container_id(netns)))
+    }
+
+    /// Whether the plugin logged a call of `command` for the container of `netns`.
+    fn plugin_ran(&self, command: &str, netns: &str) -> bool {
+        let log =
+            std::fs::read_to_string(self.node.config_dir.0.join("cni.log")).unwrap_or_default();
+        log.contains(&format!(
+            "{command} container={} ifname=eth0 ",
+            cnitool_container_id(netns)
+        ))
+    }
+}
+
+/// The last line of the driver's stderr: its own report, after whatever the plugins logged.
+fn last_line(out: &Output) -> &str {
+    out.stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+}
+
+/// The plugin's CNI error object, which the driver prints as the last line of stderr.
+#[track_caller]
+fn cni_error(out: &Output) -> Value {
+    assert!(!out.ok, "expected a failure, got success: {}", out.stdout);
+    serde_json::from_str(last_line(out))
+        .unwrap_or_else(|_| panic!("no CNI error object at the end of stderr: {}", out.stderr))
+}
+
+/// What a user checks after ADD: the pod's eth0 with the agent's MAC, address and default
+/// route, the host end, the agent's port and the state file; and a result saying the same.
+/// Returns the host end's name.
+#[track_caller]
+fn assert_attached(
+    rt: &Runtime,
+    sim: &Sim,
+    pod: &PodSpec,
+    ns: &Netns,
+    version: &str,
+    r: &Value,
+) -> String {
+    let vmi = &pod.vmis[0];
+    assert_eq!(r["cniVersion"], version, "{r}");
+    let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
+    assert_eq!(r["interfaces"][1]["name"], "eth0", "{r}");
+    assert_eq!(r["interfaces"][1]["mac"], vmi.mac, "{r}");
+    assert_eq!(r["interfaces"][1]["sandbox"], ns.path(), "{r}");
+    assert_eq!(r["ips"][0]["address"], vmi.addr(), "{r}");
+    assert_eq!(ns.ifnames(), ["eth0", "lo"], "{version}");
+    assert_eq!(ns.mac("eth0"), vmi.mac, "{version}");
+    assert_eq!(ns.addrs("eth0"), [vmi.addr()], "{version}");
+    assert_eq!(
+        ns.default_routes(),
+        [("-4".into(), vmi.gateway.clone().unwrap(), "eth0".into())],
+        "{version}"
+    );
+    assert!(host_link_exists(&host), "{version}: {host} missing");
+    assert_eq!(
+        sim.ports(),
+        [(vmi.uuid.clone(), host.clone(), "eth0".to_string())],
+        "{version}"
+    );
+    assert_eq!(rt.node.state_files(pod), [vmi.uuid.as_str()], "{version}");
+    host
+}
+
+/// What a user checks after DEL: nothing left in the pod, on the host, in the state dir, at
+/// the agent or in libcni's cache.
+#[track_caller]
+fn assert_detached(rt: &Runtime, sim: &Sim, pod: &PodSpec, ns: Option<&Netns>, host: &str) {
+    if let Some(ns) = ns {
+        assert_eq!(ns.ifnames(), ["lo"]);
+    }
+    assert!(!host_link_exists(host), "{host} left on the host");
+    assert!(
+        !rt.node.pod_dir_exists(pod),
+        "state left: {:?}",
+        rt.node.state_files(pod)
+    );
+    assert!(sim.ports().is_empty(), "ports left: {:?}", sim.ports());
+    assert!(
+        rt.cache_files().is_empty(),
+        "cache left: {:?}",
+        rt.cache_files()
+    );
+}
+
+/// libcni refuses CHECK below 0.4.0 itself (CheckNetworkList: "configuration version ... does
+/// not support the CHECK command", a plain error) without calling any plugin; from 0.4.0 on it
+/// calls every plugin with the cached result as prevResult.
+#[track_caller]
+fn check_as_libcni_allows(rt: &Runtime, ns: &Netns, version: &str) {
+    let out = rt.cnitool("check", &ns.path());
+    if version < "0.4.0" {
+        assert!(!out.ok, "{version}: CHECK succeeded");
+        assert_eq!(
+            last_line(&out),
+            format!("configuration version \"{version}\" does not support the CHECK command")
+        );
+        assert!(
+            !rt.plugin_ran("CHECK", &ns.path()),
+            "{version}: libcni called the plugin"
+        );
+    } else {
+        out.assert_ok();
+        assert!(rt.plugin_ran("CHECK", &ns.path()), "{version}");
+    }
+}
+
+#[test]
+fn single_conf_add_check_del_for_each_version() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    for version in VERSIONS {
+        rt.install_conf(version);
+        // A new netns per version: a new container id, so a new cache entry.
+        let ns = Netns::new();
+        let r = rt.add(&ns);
+        let host = assert_attached(&rt, &sim, &pod, &ns, version, &r);
+        assert_eq!(rt.cache_files(), [rt.cache_file(&ns.path())], "{version}");
+        check_as_libcni_allows(&rt, &ns, version);
+        // The refused CHECK changed nothing.
+        assert_eq!(ns.mac("eth0"), pod.vmis[0].mac);
+        rt.cnitool("del", &ns.path()).assert_ok();
+        assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    }
+}
+
+/// The sysctls of the conflist's tuning plugin as paths inside the pod and values. Tuning
+/// replaces `IFNAME` in a key with CNI_IFNAME on ADD. A `net.ipv4.conf.all.*` key is a
+/// netns-wide setting; for arp_notify the kernel applies the larger of `all` and the device's
+/// value (IN_DEV_MAXCONF), so `all` = 1 turns it on for the pod's eth0 too.
+fn tuning_sysctls(list: &Value, ifname: &str) -> Vec<(String, String)> {
+    let tuning = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "tuning")
+        .expect("the conflist has a tuning plugin");
+    tuning["sysctl"]
+        .as_object()
+        .expect("tuning has a sysctl map")
+        .iter()
+        .map(|(k, v)| {
+            let key = k.replace('.', "/").replacen("IFNAME", ifname, 1);
+            (format!("/proc/sys/{key}"), v.as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn read_in(ns: &Netns, path: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "cat", path])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[test]
+fn conflist_contrail_then_tuning_for_each_version() {
+    let types: Vec<Value> = shipped("contrail.conflist")["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        ["contrail-k8s-cni", "tuning"],
+        "the shipped chain: we create eth0, tuning adjusts it"
+    );
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    for version in VERSIONS {
+        let list = rt.install_conflist(version, false);
+        let ns = Netns::new();
+        let sysctls = tuning_sysctls(&list, "eth0");
+        // A sysctl that already exists in a fresh netns (not per-interface) starts at another
+        // value, so the test sees tuning write it; the host's own value must not move.
+        let mut host_before = Vec::new();
+        for (path, want) in &sysctls {
+            if read_in(&ns, path).is_some() {
+                let other = if want == "0" { "1" } else { "0" };
+                sh(
+                    "ip",
+                    &[
+                        "netns",
+                        "exec",
+                        &ns.name,
+                        "sh",
+                        "-c",
+                        "printf '%s\\n' \"$1\" > \"$2\"",
+                        "sh",
+                        other,
+                        path,
+                    ],
+                );
+            }
+            host_before.push(std::fs::read_to_string(path).ok());
+        }
+        let r = rt.add(&ns);
+        // Tuning passes our result on unchanged (converted to the list's version).
+        let host = assert_attached(&rt, &sim, &pod, &ns, version, &r);
+        for ((path, want), before) in sysctls.iter().zip(&host_before) {
+            assert_eq!(
+                read_in(&ns, path).as_deref(),
+                Some(want.as_str()),
+                "{version}: {path} in the pod"
+            );
+            assert_eq!(
+                &std::fs::read_to_string(path).ok(),
+                before,
+                "{version}: {path} changed on the host"
+            );
+        }
+        // From 0.4.0, libcni CHECKs both plugins with the cached result: ours, then tuning's,
+        // which re-reads every sysctl in the pod. Debian's tuning 1.1.1 replaces IFNAME in ADD
+        // but not in CHECK (fixed upstream later, containernetworking/plugins PR #885): a key
+        // with `IFNAME` fails this CHECK with "open /proc/sys/net/ipv4/conf/IFNAME/arp_notify:
+        // no such file or directory" (code 999), hence `conf.all` in the shipped conflist.
+        check_as_libcni_allows(&rt, &ns, version);
+        rt.cnitool("del", &ns.path()).assert_ok();
+        assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    }
+}
+
+#[test]
+fn conflist_with_tuning_first_fails_and_leaves_nothing() {
+    // Tuning only adjusts what an earlier plugin made: its ADD requires a prevResult and fails
+    // with "Required prevResult missing" (a plain error, which its skel reports as code 999,
+    // ErrInternal) before looking at any interface. libcni stops the chain at the first failure
+    // and caches nothing, so the plugin is never called for ADD. This order cannot work by
+    // tuning's design; what matters is that it fails clearly and leaves nothing behind.
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    let version = shipped("contrail.conflist")["cniVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rt.install_conflist(&version, true);
+    let ns = Netns::new();
+    let out = rt.cnitool("add", &ns.path());
+    assert_eq!(
+        cni_error(&out),
+        json!({"code": 999, "msg": "Required prevResult missing"})
+    );
+    assert!(
+        out.stderr
+            .contains("plugin type=\"tuning\" failed (add): Required prevResult missing"),
+        "{}",
+        out.stderr
+    );
+    assert!(!rt.plugin_ran("ADD", &ns.path()));
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!rt.node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+    assert!(rt.cache_files().is_empty());
+    // The runtime then DELs the failed attachment: libcni runs DEL in reverse order (ours,
+    // then tuning's) without a prevResult; both succeed with nothing to do.
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert!(rt.plugin_ran("DEL", &ns.path()));
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!rt.node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+    assert!(rt.cache_files().is_empty());
+}
+
+#[test]
+fn cached_result_feeds_check_and_del() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    let version = shipped("contrail.conflist")["cniVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rt.install_conflist(&version, false);
+    let ns = Netns::new();
+    let r = rt.add(&ns);
+    let host = assert_attached(&rt, &sim, &pod, &ns, &version, &r);
+
+    // One cache entry, named as cnitool names it, holding the chain's final result.
+    let file = rt.cache_file(&ns.path());
+    assert_eq!(rt.cache_files(), [file.as_path()]);
+    let cached: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(cached["kind"], "cniCacheV1");
+    assert_eq!(cached["containerId"], cnitool_container_id(&ns.path()));
+    assert_eq!(cached["ifName"], "eth0");
+    assert_eq!(cached["networkName"], NETWORK);
+    assert_eq!(
+        cached["cniArgs"],
+        json!([
+            ["IgnoreUnknown", "1"],
+            ["K8S_POD_NAMESPACE", pod.namespace],
+            ["K8S_POD_NAME", pod.name]
+        ])
+    );
+    assert_eq!(cached["result"], r);
+
+    rt.cnitool("check", &ns.path()).assert_ok();
+    // Without the cache, libcni CHECKs without a prevResult: ours still passes (it checks the
+    // state file and the netns), tuning refuses; so the cache is what feeds CHECK.
+    let aside = file.with_extension("aside");
+    std::fs::rename(&file, &aside).unwrap();
+    let out = rt.cnitool("check", &ns.path());
+    assert_eq!(
+        cni_error(&out),
+        json!({"code": 999, "msg": "Required prevResult missing"})
+    );
+    std::fs::rename(&aside, &file).unwrap();
+    rt.cnitool("check", &ns.path()).assert_ok();
+
+    // DEL (with the cached result as prevResult) removes the attachment and the cache entry.
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert!(!file.exists());
+    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    // A second DEL has no cache entry, so no prevResult, and nothing to do: it succeeds.
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+}
+
+#[test]
+fn check_through_libcni_catches_a_broken_attachment() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    rt.install_conf("1.0.0");
+    let ns = Netns::new();
+    let r = rt.add(&ns);
+    let host = assert_attached(&rt, &sim, &pod, &ns, "1.0.0", &r);
+    let vmi = &pod.vmis[0];
+    rt.cnitool("check", &ns.path()).assert_ok();
+
+    // Someone changes the MAC inside the pod: CHECK fails with the plugin's code 103, and
+    // libcni hands the plugin's error object through.
+    let wrong = "02:00:00:00:00:99";
+    sh(
+        "ip",
+        &["-n", &ns.name, "link", "set", "eth0", "address", wrong],
+    );
+    let e = cni_error(&rt.cnitool("check", &ns.path()));
+    assert_eq!(e["code"], 103, "{e}");
+    let msg = e["msg"].as_str().unwrap();
+    assert!(msg.contains(wrong) && msg.contains(&vmi.mac), "{e}");
+    sh(
+        "ip",
+        &["-n", &ns.name, "link", "set", "eth0", "address", &vmi.mac],
+    );
+    rt.cnitool("check", &ns.path()).assert_ok();
+
+    // Someone deletes the pod's address.
+    sh(
+        "ip",
+        &["-n", &ns.name, "addr", "del", &vmi.addr(), "dev", "eth0"],
+    );
+    let e = cni_error(&rt.cnitool("check", &ns.path()));
+    assert_eq!(e["code"], 103, "{e}");
+    assert!(e["msg"].as_str().unwrap().contains(&vmi.addr()), "{e}");
+
+    // DEL still removes everything.
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+}
+
+#[test]
+fn del_through_libcni_after_the_netns_is_gone() {
+    // A node reboot or a runtime that removed the netns first: libcni's DEL (same netns path,
+    // so the same container id and cache entry) must still clean up the host and the agent.
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    let version = shipped("contrail.conflist")["cniVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    rt.install_conflist(&version, false);
+    let ns = Netns::new();
+    let path = ns.path();
+    let r = rt.add(&ns);
+    let host = assert_attached(&rt, &sim, &pod, &ns, &version, &r);
+    drop(ns);
+    rt.cnitool("del", &path).assert_ok();
+    // The kernel destroys the veth with its netns asynchronously, if the DEL did not.
+    wait_for("the host veth to go", Duration::from_secs(10), || {
+        !host_link_exists(&host)
+    });
+    assert_detached(&rt, &sim, &pod, None, &host);
+    rt.cnitool("del", &path).assert_ok();
+}
+
+#[test]
+fn cni_version_1_1_0_is_beyond_libcni_1_1_2_and_del_cleans_up() {
+    // The plugin supports 1.1.0, libcni 1.1.2 does not: the plugin's ADD succeeds, then libcni
+    // cannot parse its result ("unsupported CNI result version") and fails the ADD without
+    // caching anything. That is why the shipped files say 0.3.1 and 1.0.0. The runtime's DEL
+    // after the failed ADD must remove the attachment libcni never reported.
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let rt = Runtime::new(&sim, &pod);
+    rt.install_conf("1.1.0");
+    let ns = Netns::new();
+    let out = rt.cnitool("add", &ns.path());
+    assert!(!out.ok, "{}", out.stdout);
+    assert_eq!(
+        last_line(&out),
+        "plugin type=\"contrail-k8s-cni\" name=\"contrail-k8s-cni\" failed (add): \
+         unsupported CNI result version \"1.1.0\""
+    );
+    assert!(rt.plugin_ran("ADD", &ns.path()));
+    assert_eq!(ns.mac("eth0"), pod.vmis[0].mac);
+    assert_eq!(sim.ports().len(), 1);
+    assert!(rt.cache_files().is_empty());
+    let host = sim.ports()[0].1.clone();
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+}
