@@ -6,9 +6,15 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
+/// netconf/10-contrail-thick.conf as shipped, pointed at this test's agent and directories.
 fn thick_conf(node: &Node) -> Value {
-    let mut conf = node.netconf("1.0.0", "contrail-k8s-cni");
-    conf["contrail"]["mode"] = json!("thick");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("netconf/10-contrail-thick.conf");
+    let mut conf: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(conf["contrail"]["mode"], "thick");
+    for (k, v) in node.contrail.as_object().unwrap() {
+        conf["contrail"][k] = v.clone();
+    }
     conf
 }
 
