@@ -12,6 +12,8 @@ mod logging;
 mod netlink;
 mod plugin;
 mod pod;
+#[cfg(test)]
+mod proptests;
 mod state;
 #[cfg(feature = "thick")]
 mod thick;

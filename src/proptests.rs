@@ -1,0 +1,1 @@
+//! Property-based tests of every parser of untrusted input.
