@@ -240,6 +240,27 @@ impl Agent {
         )
     }
 
+    /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an
+    /// unknown VM name gets). Code 50 when it does not.
+    pub fn reachable(&self) -> Result<()> {
+        let url = format!("{}/vm-cfg/contrail-k8s-cni-status", self.base);
+        let t = Some(self.poll_timeout.min(Duration::from_secs(2)));
+        match self
+            .http
+            .get(&url)
+            .config()
+            .timeout_global(t)
+            .build()
+            .call()
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::new(
+                code::NOT_AVAILABLE,
+                format!("vRouter agent at {} is unreachable: {e}", self.base),
+            )),
+        }
+    }
+
     /// `DELETE /vm/<vm-uuid>`: removes every port of the pod from the agent. One try.
     pub fn unregister_pod(&self, vm_uuid: &str) -> Result<()> {
         self.request("DELETE", &format!("/vm/{vm_uuid}"), None, self.poll_timeout)

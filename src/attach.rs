@@ -104,12 +104,14 @@ pub fn bring_up(
     record: &Record,
 ) -> Result<Outcome> {
     let ip = agent.wait_for_ip(&record.vm_uuid, &record.vmi_uuid)?;
+    crate::crash::point("ip");
     let outcome = setup(nl, netns, &plan(conf, record, &ip))?;
     agent.register(record).inspect_err(|_| {
         if let Err(e) = teardown(nl, &record.host_ifname) {
             log::warn!("rollback: {e}");
         }
     })?;
+    crate::crash::point("registered");
     Ok(outcome)
 }
 
@@ -262,6 +264,7 @@ fn setup(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<Outcome> {
         ));
     }
     create_veth(&host, plan, netns)?;
+    crate::crash::point("veth");
     configure(&host, &ctr, plan).inspect_err(|_| {
         if let Err(e) = host.delete_link(plan.host_ifname) {
             log::warn!("rollback: could not delete {}: {e}", plan.host_ifname);
@@ -331,6 +334,7 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
         })
         .map_err(link_err)?;
     }
+    crate::crash::point("addressed");
     let host_link = host
         .link(plan.host_ifname)
         .map_err(link_err)?

@@ -46,7 +46,10 @@ pub enum Command {
     Del,
     Check,
     Version,
-    // GC and STATUS (CNI 1.1) slot in here.
+    /// CNI 1.1: release what no valid attachment needs any more.
+    Gc,
+    /// CNI 1.1: is the plugin ready for ADD?
+    Status,
 }
 
 impl Command {
@@ -56,6 +59,8 @@ impl Command {
             "DEL" => Command::Del,
             "CHECK" => Command::Check,
             "VERSION" => Command::Version,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
             _ => return None,
         })
     }
@@ -66,6 +71,8 @@ impl Command {
             Command::Del => "DEL",
             Command::Check => "CHECK",
             Command::Version => "VERSION",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
         }
     }
 }
@@ -78,6 +85,8 @@ pub mod code {
     pub const DECODE: u32 = 6;
     pub const INVALID_CONFIG: u32 = 7;
     pub const TRY_AGAIN_LATER: u32 = 11;
+    /// STATUS: the plugin cannot serve ADD (the agent is unreachable).
+    pub const NOT_AVAILABLE: u32 = 50;
     /// A panic caught before it reached the caller.
     pub const INTERNAL: u32 = 100;
     /// The agent knows the pod but none of its VMIs fits this attachment.
@@ -298,12 +307,30 @@ pub struct Env {
 }
 
 impl Env {
-    /// Reads and validates the environment through `get` (std::env::var in production).
+    /// The process's environment. A value that is not UTF-8 is refused, naming its variable: a
+    /// lossy conversion would turn an interface name into another, valid one.
+    pub fn from_process() -> Result<Env> {
+        for var in [
+            "CNI_COMMAND",
+            "CNI_CONTAINERID",
+            "CNI_NETNS",
+            "CNI_IFNAME",
+            "CNI_ARGS",
+        ] {
+            if std::env::var_os(var).is_some_and(|v| v.to_str().is_none()) {
+                return Err(Error::env(var, "is not valid UTF-8"));
+            }
+        }
+        Env::parse(|k| std::env::var(k).ok())
+    }
+
+    /// Reads and validates the environment through `get`.
     pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Env> {
         let command = get("CNI_COMMAND").unwrap_or_default();
         let command = Command::parse(&command)
             .ok_or_else(|| Error::env("CNI_COMMAND", format!("unknown command {command:?}")))?;
-        if command == Command::Version {
+        // These act on the node, not on one container: they carry no container or interface.
+        if matches!(command, Command::Version | Command::Gc | Command::Status) {
             return Ok(Env {
                 command,
                 container_id: String::new(),
@@ -367,9 +394,10 @@ pub fn check_ifname(s: &str) -> std::result::Result<(), &'static str> {
         Err("must be 1 to 15 bytes long")
     } else if s == "." || s == ".." {
         Err("may not be . or ..")
+    // Unicode whitespace, as libcni checks it (`is_ascii_whitespace` would let \v through).
     } else if s
-        .bytes()
-        .any(|c| c == b'/' || c == b':' || c.is_ascii_whitespace() || c == 0)
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
     {
         Err("may not contain '/', ':', NUL or whitespace")
     } else {

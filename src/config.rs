@@ -58,6 +58,8 @@ pub struct NetConf {
     pub runtime_config: Option<Value>,
     /// `args`, where Multus puts a network selection's `cni-args` under `cni`.
     pub args: Option<Value>,
+    /// GC's still-valid attachments as (container id, ifname); `None` when not given.
+    pub valid_attachments: Option<Vec<(String, String)>>,
     pub contrail: Contrail,
 }
 
@@ -139,6 +141,7 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
     let prev_result = object("prevResult")?;
     let runtime_config = object("runtimeConfig")?;
     let args = object("args")?;
+    let valid_attachments = valid_attachments(&conf)?;
 
     // Key by key: defaults, then the node file, then stdin; remember where each value came from
     // so an error can point the operator at the right file.
@@ -169,8 +172,41 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
         prev_result,
         runtime_config,
         args,
+        valid_attachments,
         contrail: contrail(merged)?,
     })
+}
+
+/// GC's list, under its CNI 1.1 name or the older one libcni also sends.
+fn valid_attachments(
+    conf: &serde_json::Map<String, Value>,
+) -> Result<Option<Vec<(String, String)>>> {
+    let Some((key, list)) = ["cni.dev/valid-attachments", "cni.dev/attachments"]
+        .iter()
+        .find_map(|k| conf.get(*k).map(|v| (*k, v)))
+    else {
+        return Ok(None);
+    };
+    let bad = || {
+        Error::config(
+            key,
+            "must be a list of {\"containerID\": .., \"ifname\": ..}",
+        )
+    };
+    let items = list.as_array().ok_or_else(bad)?;
+    items
+        .iter()
+        .map(|a| {
+            let field = |k: &str| {
+                a.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or_else(bad)
+            };
+            Ok((field("containerID")?, field("ifname")?))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// Reads typed keys out of the merged section, naming the key and its source on error.
@@ -518,6 +554,33 @@ mod tests {
         );
         let err = parse_json(json!({"cniVersion": "1.0.0", "prevResult": "x"})).unwrap_err();
         assert!(err.msg.contains("prevResult"));
+    }
+
+    #[test]
+    fn gc_lists_under_either_name() {
+        let list = json!([{"containerID": "c1", "ifname": "eth0"}]);
+        for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+            let c = parse_json(json!({"cniVersion": "1.1.0", key: list})).unwrap();
+            assert_eq!(
+                c.valid_attachments,
+                Some(vec![("c1".to_string(), "eth0".to_string())])
+            );
+        }
+        assert_eq!(
+            parse_json(json!({"cniVersion": "1.1.0"}))
+                .unwrap()
+                .valid_attachments,
+            None
+        );
+        for bad in [
+            json!("x"),
+            json!([{"containerID": 1, "ifname": "eth0"}]),
+            json!([{"ifname": "eth0"}]),
+        ] {
+            let err = parse_json(json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": bad}))
+                .unwrap_err();
+            assert_eq!(err.code, code::INVALID_CONFIG);
+        }
     }
 
     #[test]

@@ -8,8 +8,10 @@ mod agent;
 mod attach;
 mod cni;
 mod config;
+mod crash;
 mod logging;
 mod netlink;
+mod node;
 mod plugin;
 mod pod;
 #[cfg(test)]
@@ -86,7 +88,7 @@ fn load_config(stdin: &[u8]) -> cni::Result<NetConf> {
 /// Runs one command; `version` is updated as soon as the caller's cniVersion is known, so that
 /// an error object echoes it.
 fn run(version: &mut String) -> cni::Result<Option<Value>> {
-    let env = Env::parse(|k| std::env::var(k).ok())?;
+    let env = Env::from_process()?;
     let stdin = read_stdin()?;
     if env.command == Command::Version {
         // Probes (podman, libcni) may send an empty or partial config: answer regardless.
@@ -147,6 +149,8 @@ fn dispatch(env: &Env, conf: &NetConf, pod: Option<&pod::Pod>) -> cni::Result<Op
         Command::Del => plugin::del(env, conf, pod).map(|()| None),
         Command::Check if thick => thick::check(env, conf, pod).map(|()| None),
         Command::Check => plugin::check(env, conf, pod).map(|()| None),
+        Command::Gc => node::gc(conf).map(|()| None),
+        Command::Status => node::status(conf).map(|()| None),
         Command::Version => unreachable!("answered before the config is read"),
     }
 }

@@ -43,9 +43,19 @@ pub struct Netns {
 impl Netns {
     /// The plain `io::Error` is kept so that callers can tell a netns that
     /// is already gone (`NotFound`, fine for CNI DEL) from other failures.
+    /// A file that is not a namespace (`/etc/hostname`, a directory) is refused here, before
+    /// anything is created, rather than at the first `setns`.
     pub fn open(path: &Path) -> io::Result<Netns> {
+        let file = File::open(path)?;
+        let fs = nix::sys::statfs::fstatfs(&file)?;
+        if fs.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a network namespace",
+            ));
+        }
         Ok(Netns {
-            file: File::open(path)?,
+            file,
             path: path.to_path_buf(),
         })
     }

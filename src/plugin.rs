@@ -123,14 +123,33 @@ pub fn add(env: &Env, conf: &NetConf, pod: &Pod) -> Result<Outcome> {
         _ => agent.registered(&vmis[0].vm_uuid, &on_network),
     };
     let (record, fresh) = claim(conf, env, &vm_name, &vmis, &registered)?;
-    attach::netlink()
-        .and_then(|nl| attach::bring_up(&agent, conf, &nl, &netns, &record))
-        .inspect_err(|e| {
-            log::warn!("ADD of {} failed, rolling back: {e}", env.ifname);
-            if fresh {
-                attach::release(&agent, conf, &vm_name, std::slice::from_ref(&record));
-            }
-        })
+    crate::crash::point("claimed");
+    let nl = attach::netlink()?;
+    let outcome = attach::bring_up(&agent, conf, &nl, &netns, &record).inspect_err(|e| {
+        log::warn!("ADD of {} failed, rolling back: {e}", env.ifname);
+        if fresh {
+            attach::release(&agent, conf, &vm_name, std::slice::from_ref(&record));
+        }
+    })?;
+    // A runtime that gave up on this ADD may have sent DEL meanwhile, which removed the claim:
+    // then undo what was just built rather than leave an interface no record knows.
+    let (held, _) = {
+        let dir = lock(conf, &vm_name)?;
+        dir.records().map_err(io_err("reading", dir.path()))?
+    };
+    if !held.contains(&record) {
+        attach::teardown(&nl, &record.host_ifname)?;
+        // Our POST may have come after that DEL's deregistration.
+        attach::release(&agent, conf, &vm_name, std::slice::from_ref(&record));
+        return Err(Error::new(
+            code::INTERFACE,
+            format!(
+                "{} was deleted while it was being added; undone",
+                env.ifname
+            ),
+        ));
+    }
+    Ok(outcome)
 }
 
 /// DEL: removes exactly this attachment. Nothing recorded for (container id, ifname) - a
@@ -148,6 +167,7 @@ pub fn del(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
         return Ok(());
     };
     attach::teardown(&attach::netlink()?, &record.host_ifname)?;
+    crate::crash::point("unlinked");
     attach::forget(&Agent::new(&conf.contrail), dir, &[record])
 }
 

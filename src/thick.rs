@@ -75,6 +75,7 @@ pub fn add(env: &Env, conf: &NetConf, pod: &Pod) -> Result<Outcome> {
         }
         (records, fresh)
     };
+    crate::crash::point("claimed");
     let nl = attach::netlink()?;
     let mut first = None;
     for (i, record) in records.iter().enumerate() {

@@ -19,7 +19,8 @@ impl Mac {
         let mut parts = s.split(':');
         for b in &mut out {
             let p = parts.next()?;
-            if p.len() != 2 {
+            // from_str_radix alone would take "+2".
+            if p.len() != 2 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return None;
             }
             *b = u8::from_str_radix(p, 16).ok()?;
@@ -385,7 +386,8 @@ pub enum Unresolved {
 
 /// Chooses the VMI for one attachment. Among the network's VMIs in index order:
 /// 1. the VMI whose `interface` annotation names this ifname;
-/// 2. else the VMI this (container id, ifname) already claimed (a retried or crashed ADD);
+/// 2. else the VMI this (container id, ifname) already claimed (a retried or crashed ADD),
+///    unless it asked for another interface name;
 /// 3. else the lowest index that asked for no interface name, is not claimed by another
 ///    interface of this sandbox, and is not registered with the agent unless a state file
 ///    explains it (a claim of an older sandbox of the pod may be taken over).
@@ -418,9 +420,11 @@ pub fn resolve<'a>(
         .find(|v| v.interface.as_deref() == Some(at.ifname));
     let ours = || {
         candidates.iter().find(|v| {
-            claimed_by(claims, v).any(|c| {
-                c.container_id.as_deref() == Some(at.container_id) && c.ifname == at.ifname
-            })
+            // Never a VMI that asked for another name, whatever a state file says.
+            v.interface.as_deref().is_none_or(|i| i == at.ifname)
+                && claimed_by(claims, v).any(|c| {
+                    c.container_id.as_deref() == Some(at.container_id) && c.ifname == at.ifname
+                })
         })
     };
     let free = || {

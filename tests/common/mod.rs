@@ -458,18 +458,32 @@ impl Node {
         args: &str,
         conf: &Value,
     ) -> Output {
-        run_plugin(
-            &[
-                ("CNI_COMMAND", command),
-                ("CNI_CONTAINERID", container_id),
-                ("CNI_NETNS", netns),
-                ("CNI_IFNAME", ifname),
-                ("CNI_ARGS", args),
-                ("CNI_PATH", "/opt/cni/bin"),
-                ("CONTRAIL_CNI_CONF_DIR", self.conf_dir.0.to_str().unwrap()),
-            ],
-            conf.to_string().as_bytes(),
-        )
+        self.call_with(&[], command, container_id, netns, ifname, args, conf)
+    }
+
+    /// [`Node::call`] with extra environment variables.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call_with(
+        &self,
+        extra: &[(&str, &str)],
+        command: &str,
+        container_id: &str,
+        netns: &str,
+        ifname: &str,
+        args: &str,
+        conf: &Value,
+    ) -> Output {
+        let mut env = vec![
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", container_id),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", ifname),
+            ("CNI_ARGS", args),
+            ("CNI_PATH", "/opt/cni/bin"),
+            ("CONTRAIL_CNI_CONF_DIR", self.conf_dir.0.to_str().unwrap()),
+        ];
+        env.extend_from_slice(extra);
+        run_plugin(&env, conf.to_string().as_bytes())
     }
 
     /// State files (vmi uuids) of a pod.

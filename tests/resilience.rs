@@ -1,0 +1,359 @@
+//! Never strands a pod: GC and STATUS, many pods at once, races, stale and corrupt state,
+//! hostile input.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns, ifname: &str, network: &str) -> Value {
+    node.call(
+        "ADD",
+        cid,
+        &ns.path(),
+        ifname,
+        &pod.multus_args(cid),
+        &node.netconf("1.0.0", network),
+    )
+    .assert_ok()
+    .json()
+}
+
+fn del(node: &Node, pod: &PodSpec, cid: &str, netns: &str, ifname: &str) -> Output {
+    node.call(
+        "DEL",
+        cid,
+        netns,
+        ifname,
+        &pod.multus_args(cid),
+        &node.netconf("1.0.0", "x"),
+    )
+}
+
+fn gc(node: &Node, valid: Value, key: &str) -> Output {
+    let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
+    conf[key] = valid;
+    node.call("GC", "", "", "", "", &conf)
+}
+
+#[test]
+fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
+    let live = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let gone = PodSpec::new(vec![VmiSpec::new("default", 3), VmiSpec::new("net-a", 4)]);
+    let sim = Sim::start(&[&live, &gone], &[]);
+    let node = Node::new(&sim);
+    let (live_ns, gone_ns) = (Netns::new(), Netns::new());
+    let (live_cid, gone_cid) = (uuid(), uuid());
+    for (pod, ns, cid) in [(&live, &live_ns, &live_cid), (&gone, &gone_ns, &gone_cid)] {
+        add(&node, pod, cid, ns, "eth0", "default");
+        add(&node, pod, cid, ns, "net1", "net-a");
+    }
+    // A state file this plugin did not write (the agent's, for another plugin) is not ours.
+    let foreign_dir = node.ports_dir().join("k8s__default__foreign");
+    std::fs::create_dir_all(&foreign_dir).unwrap();
+    let foreign = foreign_dir.join(uuid());
+    std::fs::write(&foreign, json!({"vm-id": "x", "vm-uuid": uuid(), "vm-name": "k8s__default__foreign",
+        "host-ifname": "tapforeign", "vm-ifname": "eth0", "vn-uuid": uuid(), "vmi-uuid": foreign.file_name().unwrap().to_str().unwrap()}).to_string()).unwrap();
+
+    // Multus forwards GC to the cluster network only: the list names eth0 of live sandboxes.
+    let valid = json!([{"containerID": live_cid, "ifname": "eth0"}]);
+    gc(&node, valid.clone(), "cni.dev/valid-attachments").assert_ok();
+    assert_eq!(
+        live_ns.ifnames(),
+        ["eth0", "lo", "net1"],
+        "a live pod keeps all its attachments"
+    );
+    assert_eq!(node.state_files(&live).len(), 2);
+    assert_eq!(gone_ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&gone));
+    let ports: BTreeSet<String> = sim.ports().into_iter().map(|p| p.0).collect();
+    assert_eq!(ports, live.vmis.iter().map(|v| v.uuid.clone()).collect());
+    assert!(foreign.exists(), "GC deleted a state file that is not ours");
+    // The older key name works the same; an empty list releases everything of ours.
+    gc(&node, json!([]), "cni.dev/attachments").assert_ok();
+    assert_eq!(live_ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&live));
+    assert!(sim.ports().is_empty());
+    assert!(foreign.exists());
+    // Without a list, GC refuses rather than release everything.
+    let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
+    conf.as_object_mut()
+        .unwrap()
+        .remove("cni.dev/valid-attachments");
+    assert_eq!(node.call("GC", "", "", "", "", &conf).code(), 7);
+}
+
+#[test]
+fn gc_after_a_node_reboot_cleans_state_whose_netns_is_gone() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let r = add(&node, &pod, &uuid(), &ns, "eth0", "default");
+    drop(ns); // the reboot took the netns and its veth; the state files stayed
+    assert!(node.pod_dir_exists(&pod));
+    gc(&node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(!host_link_exists(
+        r["interfaces"][0]["name"].as_str().unwrap()
+    ));
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn status_says_whether_the_agent_answers() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let conf = node.netconf("1.1.0", "contrail-k8s-cni");
+    node.call("STATUS", "", "", "", "", &conf).assert_ok();
+    drop(sim);
+    let out = node.call("STATUS", "", "", "", "", &conf);
+    assert_eq!(out.code(), 50);
+    assert!(out.msg().contains("unreachable"), "{}", out.msg());
+}
+
+#[test]
+fn thirty_two_pods_in_parallel_never_share_a_vmi() {
+    let pods: Vec<PodSpec> = (0..32u8)
+        .map(|i| {
+            let n = i % 100 + 1;
+            PodSpec::new(vec![
+                VmiSpec::new("default", n),
+                VmiSpec::new("net-a", n),
+                VmiSpec::new("net-a", n),
+            ])
+        })
+        .collect();
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let node = Node::new(&sim);
+    let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    std::thread::scope(|s| {
+        for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids) {
+            let node = &node;
+            s.spawn(move || {
+                // Multus: one pod's delegates in sequence, pods in parallel.
+                for (ifname, network) in [("eth0", "default"), ("net1", "net-a"), ("net2", "net-a")]
+                {
+                    add(node, pod, cid, ns, ifname, network);
+                }
+            });
+        }
+    });
+    let mut seen = BTreeSet::new();
+    for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids) {
+        for (ifname, v) in ["eth0", "net1", "net2"].iter().zip(&pod.vmis) {
+            assert_eq!(ns.mac(ifname), v.mac, "{} {ifname}", pod.name);
+            assert!(seen.insert(v.uuid.clone()));
+        }
+        // Every state file is whole JSON naming this sandbox.
+        for f in node.state_files(pod) {
+            let body = std::fs::read(node.ports_dir().join(pod.vm_name()).join(&f)).unwrap();
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["vm-id"], *cid);
+        }
+    }
+    assert_eq!(sim.ports().len(), 96);
+    // Half the pods go away while the other half is checked, then the rest.
+    std::thread::scope(|s| {
+        for (i, ((pod, ns), cid)) in pods.iter().zip(&spaces).zip(&cids).enumerate() {
+            let node = &node;
+            s.spawn(move || {
+                for ifname in ["net2", "net1", "eth0"] {
+                    if i % 2 == 0 {
+                        del(node, pod, cid, &ns.path(), ifname).assert_ok();
+                    } else {
+                        let mut conf = node.netconf("1.0.0", "x");
+                        conf["prevResult"] = json!({});
+                        node.call(
+                            "CHECK",
+                            cid,
+                            &ns.path(),
+                            ifname,
+                            &pod.multus_args(cid),
+                            &conf,
+                        )
+                        .assert_ok();
+                    }
+                }
+            });
+        }
+    });
+    std::thread::scope(|s| {
+        for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids).skip(1).step_by(2) {
+            let node = &node;
+            s.spawn(move || {
+                for ifname in ["net2", "net1", "eth0"] {
+                    del(node, pod, cid, &ns.path(), ifname).assert_ok();
+                }
+            });
+        }
+    });
+    for (pod, ns) in pods.iter().zip(&spaces) {
+        assert_eq!(ns.ifnames(), ["lo"]);
+        assert!(!node.pod_dir_exists(pod));
+    }
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn del_of_one_attachment_while_another_of_the_pod_is_slowly_added() {
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(800)),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    add(&node, &pod, &cid, &ns, "eth0", "default");
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| add(&node, &pod, &cid, &ns, "net1", "net-a"));
+        // Once net1's claim is recorded, eth0 goes: the pod still has an attachment, so the
+        // agent must not be told to drop the pod.
+        wait_for("net1's claim", std::time::Duration::from_secs(10), || {
+            node.state_files(&pod).len() == 2
+        });
+        del(&node, &pod, &cid, &ns.path(), "eth0").assert_ok();
+        slow.join().unwrap();
+    });
+    assert_eq!(ns.ifnames(), ["lo", "net1"]);
+    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.2).collect();
+    assert!(ports.contains(&"net1".to_string()), "{ports:?}");
+    del(&node, &pod, &cid, &ns.path(), "net1").assert_ok();
+    assert!(!node.pod_dir_exists(&pod));
+}
+
+#[test]
+fn del_of_the_same_attachment_during_its_slow_add_leaves_nothing() {
+    // A runtime that gave up waiting sends DEL while the ADD still waits for the agent.
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1).with("ip-delay-ms", json!(800)),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| {
+            node.call(
+                "ADD",
+                &cid,
+                &ns.path(),
+                "eth0",
+                &pod.multus_args(&cid),
+                &node.netconf("1.0.0", ""),
+            )
+        });
+        wait_for("the claim", std::time::Duration::from_secs(10), || {
+            node.state_files(&pod).len() == 1
+        });
+        del(&node, &pod, &cid, &ns.path(), "eth0").assert_ok();
+        assert_eq!(slow.join().unwrap().code(), 102);
+    });
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+    ];
+    let pod = PodSpec::new(vmis.clone());
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let dir = node.ports_dir().join(pod.vm_name());
+    std::fs::create_dir_all(&dir).unwrap();
+    // A torn file on net-a's first VMI, and one from a future version on the cluster VMI.
+    std::fs::write(dir.join(&vmis[1].uuid), "{\"vm-id\": \"abc\", \"vm-").unwrap();
+    let future = json!({"vm-id": "x", "vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "host-ifname": "tapx",
+        "vm-ifname": "eth0", "vn-uuid": uuid(), "vmi-uuid": vmis[0].uuid, "contrail-k8s-cni-state": "99"});
+    std::fs::write(dir.join(&vmis[0].uuid), future.to_string()).unwrap();
+    let ns = Netns::new();
+    let cid = uuid();
+    // net1 cannot know who holds the torn VMI: it takes the next one.
+    add(&node, &pod, &cid, &ns, "net1", "net-a");
+    assert_eq!(ns.mac("net1"), vmis[2].mac);
+    del(&node, &pod, &cid, &ns.path(), "net1").assert_ok();
+    gc(&node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    assert!(
+        dir.join(&vmis[1].uuid).exists() && dir.join(&vmis[0].uuid).exists(),
+        "not ours to delete"
+    );
+    let log = std::fs::read_to_string(node.config_dir.0.join("cni.log")).unwrap();
+    assert!(
+        log.contains("unreadable state file") && log.contains(&vmis[1].uuid),
+        "{log}"
+    );
+}
+
+#[test]
+fn hostile_environment_and_stdin() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    // 2 MiB of stdin.
+    let mut big = node.netconf("1.0.0", "").to_string().into_bytes();
+    big.truncate(big.len() - 1);
+    big.extend(format!(",\"pad\":\"{}\"}}", "x".repeat(2 << 20)).as_bytes());
+    let out = run_plugin(
+        &[
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", &cid),
+            ("CNI_NETNS", &ns.path()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", &pod.multus_args(&cid)),
+        ],
+        &big,
+    );
+    assert_eq!(out.code(), 7);
+    assert!(out.msg().contains("larger than"), "{}", out.msg());
+    // Non-UTF-8 values are named, not mistaken for absent ones.
+    for var in ["CNI_IFNAME", "CNI_CONTAINERID"] {
+        let mut cmd = Command::new(plugin_bin());
+        cmd.env_clear()
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", &cid)
+            .env("CNI_NETNS", ns.path())
+            .env("CNI_IFNAME", "eth0")
+            .env(var, std::ffi::OsStr::from_bytes(b"eth\xff0"))
+            .stdin(Stdio::null());
+        let out = cmd.output().unwrap();
+        let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["code"], 4, "{var}: {j}");
+        assert!(j["msg"].as_str().unwrap().starts_with(var), "{j}");
+    }
+    // Path tricks in the pod identity and a netns path that is no namespace.
+    for (args, netns) in [
+        ("K8S_POD_NAMESPACE=..;K8S_POD_NAME=x".to_string(), ns.path()),
+        (format!("K8S_POD_NAME={}", "a".repeat(300)), ns.path()),
+        (pod.multus_args(&cid), "/etc/hostname".to_string()),
+        (pod.multus_args(&cid), "/run/netns/../../etc".to_string()),
+    ] {
+        let out = node.call(
+            "ADD",
+            &cid,
+            &netns,
+            "eth0",
+            &args,
+            &node.netconf("1.0.0", ""),
+        );
+        assert_eq!(out.code(), 4, "{args} {netns}: {}", out.stdout);
+    }
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(
+        !node.ports_dir().exists(),
+        "nothing may be written before input is validated"
+    );
+}
