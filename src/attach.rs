@@ -60,6 +60,7 @@ pub fn locate(
 
 /// The state record of one attachment: the agent's POST /vm body plus ours.
 pub fn record(env: &Env, vm_name: &str, vmi: &Vmi, ifname: &str, default_gw: bool) -> Record {
+    crate::logging::note_vmi(&vmi.uuid);
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();

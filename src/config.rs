@@ -60,6 +60,8 @@ pub struct NetConf {
     pub args: Option<Value>,
     /// GC's still-valid attachments as (container id, ifname); `None` when not given.
     pub valid_attachments: Option<Vec<(String, String)>>,
+    /// Things worth an operator's eye (unknown keys), logged once logging is set up.
+    pub warnings: Vec<String>,
     pub contrail: Contrail,
 }
 
@@ -166,6 +168,7 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
             }
         }
     }
+    let (contrail, warnings) = contrail(merged)?;
     Ok(NetConf {
         cni_version: version,
         network,
@@ -173,7 +176,8 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
         runtime_config,
         args,
         valid_attachments,
-        contrail: contrail(merged)?,
+        contrail,
+        warnings,
     })
 }
 
@@ -279,7 +283,8 @@ impl Section {
     }
 }
 
-fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<Contrail> {
+/// The typed section, and a warning for each key it does not know.
+fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<(Contrail, Vec<String>)> {
     let mut s = Section(merged);
     let ip_src = s.source("vrouter-ip");
     let ip = s.string("vrouter-ip", "127.0.0.1")?;
@@ -357,10 +362,12 @@ fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<Contrail> {
     for key in ["meta-plugin", "parent-interface"] {
         s.string(key, "")?;
     }
-    for (key, (_, src)) in &s.0 {
-        log::warn!("ignoring unknown key contrail.{key} (from {src})");
-    }
-    Ok(Contrail {
+
+    let warnings =
+        s.0.iter()
+            .map(|(key, (_, src))| format!("ignoring unknown key contrail.{key} (from {src})"))
+            .collect();
+    let contrail = Contrail {
         vrouter_ip,
         vrouter_port,
         config_dir,
@@ -371,7 +378,8 @@ fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<Contrail> {
         log_file,
         log_level,
         mode,
-    })
+    };
+    Ok((contrail, warnings))
 }
 
 /// The legacy plugin's numeric levels (logrus: 2 error .. 6 trace) or names.
@@ -458,6 +466,24 @@ mod tests {
         assert_eq!(c.contrail.poll_budget(), Duration::from_secs(1));
         assert_eq!(c.contrail.log_level, LevelFilter::Debug);
         assert_eq!(c.contrail.log_file, None);
+    }
+
+    #[test]
+    fn unknown_keys_become_warnings_naming_their_file() {
+        let node = json!({"contrail": {"vrouter_ip": "127.0.0.1"}});
+        let stdin = json!({"cniVersion": "0.4.0", "contrail": {"mtu": 1400, "poll-timout": 5}});
+        let c = parse(
+            stdin.to_string().as_bytes(),
+            Some((Path::new("/n/10-contrail.conf"), &node)),
+        )
+        .unwrap();
+        assert_eq!(
+            c.warnings,
+            [
+                "ignoring unknown key contrail.poll-timout (from stdin)",
+                "ignoring unknown key contrail.vrouter_ip (from /n/10-contrail.conf)"
+            ]
+        );
     }
 
     #[test]

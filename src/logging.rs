@@ -51,10 +51,39 @@ fn timestamp() -> String {
     )
 }
 
+/// The log file's size cap: past it, the file becomes `<name>.1` (replacing the previous one)
+/// and a new one starts, so a node never fills its disk with CNI logs.
+const MAX_LOG_BYTES: u64 = 10 << 20;
+
+fn rotate(path: &Path) {
+    if fs::metadata(path).is_ok_and(|m| m.len() > MAX_LOG_BYTES) {
+        let mut old = path.as_os_str().to_owned();
+        old.push(".1");
+        // Concurrent plugins may race here; one rename wins and the others find a small file.
+        let _ = fs::rename(path, old);
+    }
+}
+
+thread_local! {
+    static VMI: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Remembers the VMI this call acts on, for its one summary line.
+pub fn note_vmi(uuid: &str) {
+    VMI.with(|v| *v.borrow_mut() = Some(uuid.to_string()));
+}
+
+/// The VMI noted by [`note_vmi`], or `-`.
+pub fn noted_vmi() -> String {
+    VMI.with(|v| v.borrow().clone())
+        .unwrap_or_else(|| "-".to_string())
+}
+
 /// Sets up logging at `level` (RUST_LOG, when set, overrides it). A log file that cannot be
 /// opened is reported on stderr and skipped: logging never fails a CNI call.
 pub fn init(file: Option<&Path>, level: LevelFilter) {
     let file = file.and_then(|path| {
+        rotate(path);
         let opened = path
             .parent()
             .map_or(Ok(()), fs::create_dir_all)
@@ -90,6 +119,24 @@ pub fn init(file: Option<&Path>, level: LevelFilter) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_log_past_its_cap_is_rotated_once() {
+        let dir = std::env::temp_dir().join(format!("ck8s-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("cni.log");
+        std::fs::write(&log, vec![b'x'; super::MAX_LOG_BYTES as usize + 1]).unwrap();
+        super::rotate(&log);
+        assert!(!log.exists());
+        assert_eq!(
+            std::fs::metadata(dir.join("cni.log.1")).unwrap().len(),
+            super::MAX_LOG_BYTES + 1
+        );
+        std::fs::write(&log, b"small").unwrap();
+        super::rotate(&log);
+        assert!(log.exists(), "a small log stays");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn timestamp_has_iso_shape() {
         let t = super::timestamp();

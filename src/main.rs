@@ -9,6 +9,8 @@ mod attach;
 mod cni;
 mod config;
 mod crash;
+mod inspect;
+mod install;
 mod logging;
 mod netlink;
 mod node;
@@ -102,6 +104,9 @@ fn run(version: &mut String) -> cni::Result<Option<Value>> {
     let conf = load_config(&stdin)?;
     *version = conf.cni_version.as_str().to_string();
     logging::init(conf.contrail.log_file.as_deref(), conf.contrail.log_level);
+    for w in &conf.warnings {
+        log::warn!("{w}");
+    }
     let started = Instant::now();
     let pod = pod::from_args(&env.args)?;
     let what = format!(
@@ -117,9 +122,10 @@ fn run(version: &mut String) -> cni::Result<Option<Value>> {
     );
     let result = dispatch(&env, &conf, pod.as_ref());
     let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let vmi = logging::noted_vmi();
     match &result {
-        Ok(_) => log::info!("{what}: ok in {ms:.1} ms"),
-        Err(e) => log::error!("{what}: failed in {ms:.1} ms: {e}"),
+        Ok(_) => log::info!("{what} vmi={vmi}: ok in {ms:.1} ms"),
+        Err(e) => log::error!("{what} vmi={vmi}: failed in {ms:.1} ms: {e}"),
     }
     result
 }
@@ -155,7 +161,44 @@ fn dispatch(env: &Env, conf: &NetConf, pod: Option<&pod::Pod>) -> cni::Result<Op
     }
 }
 
+/// Run by hand (runtimes pass no arguments): `--version`, `install`, `inspect`.
+fn subcommand(args: &[String]) -> ExitCode {
+    let result = match args[0].as_str() {
+        "--version" | "version" => Ok(format!(
+            "contrail-k8s-cni {} (git {}); CNI versions {}",
+            env!("CARGO_PKG_VERSION"),
+            env!("GIT_REVISION"),
+            cni::SUPPORTED_VERSIONS.join(", ")
+        )),
+        "install" => install::run(&args[1..]),
+        "inspect" => inspect::run(&args[1..]),
+        other => Err(format!(
+            "unknown subcommand {other:?}; this is a CNI plugin (run by a container runtime with CNI_COMMAND set)\n{}\n{}\n\
+             usage: contrail-k8s-cni --version",
+            install::USAGE,
+            inspect::USAGE
+        )),
+    };
+    match result {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("contrail-k8s-cni: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if !args.is_empty() && std::env::var_os("CNI_COMMAND").is_none() {
+        return subcommand(&args);
+    }
     // A panic is logged (file and stderr) and turned into a CNI error below, never a bare crash.
     panic::set_hook(Box::new(|info| {
         log::error!("internal error: {info}");

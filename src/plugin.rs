@@ -166,6 +166,7 @@ pub fn del(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
     else {
         return Ok(());
     };
+    crate::logging::note_vmi(&record.vmi_uuid);
     attach::teardown(&attach::netlink()?, &record.host_ifname)?;
     crate::crash::point("unlinked");
     attach::forget(&Agent::new(&conf.contrail), dir, &[record])

@@ -186,7 +186,7 @@ impl PodDir {
     }
 }
 
-fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
+pub fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
     let mut records = Vec::new();
     let mut bad = Vec::new();
     let entries = match fs::read_dir(dir) {

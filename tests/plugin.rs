@@ -657,8 +657,8 @@ fn logs_go_to_the_log_file_and_stdout_holds_only_the_result() {
     let log = std::fs::read_to_string(node.config_dir.0.join("cni.log")).unwrap();
     assert!(
         log.contains(&format!(
-            "ADD container={cid} ifname=eth0 network=default pod=default/{}",
-            pod.name
+            "ADD container={cid} ifname=eth0 network=default pod=default/{} vmi={}: ok in",
+            pod.name, pod.vmis[0].uuid
         )),
         "{log}"
     );

@@ -1,0 +1,336 @@
+//! Operating the plugin: install and upgrade, the DaemonSet's installer, `inspect` against
+//! deliberately broken states, `--version`.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::{Value, json};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// Runs the binary by hand, as an operator does (no CNI_COMMAND).
+fn by_hand(bin: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn version_names_the_git_revision() {
+    let (ok, out, _) = by_hand(&plugin_bin(), &["--version"]);
+    assert!(ok);
+    assert!(
+        out.starts_with(&format!(
+            "contrail-k8s-cni {} (git ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{out}"
+    );
+    assert!(out.contains("1.1.0"), "{out}");
+}
+
+#[test]
+fn install_into_a_fresh_root_and_upgrade_over_a_running_copy() {
+    let root = TempDir::new();
+    let (bin_dir, conf_dir) = (root.0.join("opt/cni/bin"), root.0.join("etc/cni/net.d"));
+    let conf = repo("netconf/10-contrail.conf");
+    let args = [
+        "install",
+        "--bin-dir",
+        bin_dir.to_str().unwrap(),
+        "--conf-dir",
+        conf_dir.to_str().unwrap(),
+        "--conf",
+        conf.to_str().unwrap(),
+    ];
+    let (ok, out, err) = by_hand(&plugin_bin(), &args);
+    assert!(ok, "{err}");
+    assert!(out.contains("installed"), "{out}");
+    let installed = bin_dir.join("contrail-k8s-cni");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(plugin_bin()).unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read(conf_dir.join("10-contrail.conf")).unwrap(),
+        std::fs::read(&conf).unwrap()
+    );
+
+    // A kubelet is running the installed copy (a VERSION call blocked on its stdin) while the
+    // next version is installed over it.
+    let mut running = Command::new(&installed)
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let before = std::fs::metadata(&installed).unwrap().ino();
+    let (ok, _, err) = by_hand(&plugin_bin(), &args);
+    assert!(ok, "upgrade over a running copy failed: {err}");
+    assert_ne!(
+        std::fs::metadata(&installed).unwrap().ino(),
+        before,
+        "replaced by rename, not rewritten in place"
+    );
+    running
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"cniVersion":"1.0.0"}"#)
+        .unwrap();
+    let out = running.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cniVersion"], "1.0.0");
+    // The installed copy works: it is the plugin.
+    let (ok, out, _) = by_hand(&installed, &["--version"]);
+    assert!(ok && out.starts_with("contrail-k8s-cni"));
+    // No temp files are left beside them.
+    for dir in [&bin_dir, &conf_dir] {
+        assert_eq!(
+            std::fs::read_dir(dir).unwrap().count(),
+            1,
+            "{}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn install_refuses_a_config_the_plugin_would_reject() {
+    let root = TempDir::new();
+    let bad = root.0.join("10-contrail.conf");
+    std::fs::write(
+        &bad,
+        json!({"cniVersion": "0.3.1", "contrail": {"mtu": 10}}).to_string(),
+    )
+    .unwrap();
+    let conf_dir = root.0.join("net.d");
+    let (ok, _, err) = by_hand(
+        &plugin_bin(),
+        &[
+            "install",
+            "--bin-dir",
+            root.0.join("bin").to_str().unwrap(),
+            "--conf-dir",
+            conf_dir.to_str().unwrap(),
+            "--conf",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert!(!ok);
+    assert!(err.contains("contrail.mtu"), "{err}");
+    assert!(!conf_dir.join("10-contrail.conf").exists());
+    let (ok, _, err) = by_hand(&plugin_bin(), &["install"]);
+    assert!(!ok && err.contains("--bin-dir is required"), "{err}");
+}
+
+#[test]
+fn the_daemonset_installer_installs_onto_the_host_paths() {
+    let text = std::fs::read_to_string(repo("deploy/contrail-k8s-cni.yaml")).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let config_map = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let shipped: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("netconf/10-contrail.conf")).unwrap())
+            .unwrap();
+    let in_map: Value =
+        serde_json::from_str(config_map["data"]["10-contrail.conf"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        in_map, shipped,
+        "the ConfigMap must carry netconf/10-contrail.conf"
+    );
+
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let spec = &ds["spec"]["template"]["spec"];
+    let init = &spec["initContainers"][0];
+    // Where each mount of the init container lands on this test's "node".
+    let root = TempDir::new();
+    let mut mounts: Vec<(String, PathBuf)> = Vec::new();
+    for m in init["volumeMounts"].as_sequence().unwrap() {
+        let volume = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .unwrap();
+        let host = match volume["hostPath"]["path"].as_str() {
+            Some(p) => root.0.join(p.trim_start_matches('/')),
+            None => {
+                // The ConfigMap volume: its files in a directory.
+                let dir = root.0.join("configmap");
+                std::fs::create_dir_all(&dir).unwrap();
+                for (name, body) in config_map["data"].as_mapping().unwrap() {
+                    std::fs::write(dir.join(name.as_str().unwrap()), body.as_str().unwrap())
+                        .unwrap();
+                }
+                dir
+            }
+        };
+        mounts.push((m["mountPath"].as_str().unwrap().to_string(), host));
+    }
+    let command: Vec<String> = init["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(command[1], "install");
+    let args: Vec<String> = command[1..]
+        .iter()
+        .map(
+            |a| match mounts.iter().find(|(m, _)| a.starts_with(m.as_str())) {
+                Some((m, host)) => format!("{}{}", host.display(), &a[m.len()..]),
+                None => a.clone(),
+            },
+        )
+        .collect();
+    let (ok, _, err) = by_hand(
+        &plugin_bin(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(ok, "{err}");
+    assert!(root.0.join("opt/cni/bin/contrail-k8s-cni").exists());
+    let written: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.0.join("etc/cni/net.d/10-contrail.conf")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written, shipped);
+}
+
+fn inspect(node: &Node) -> Vec<Value> {
+    let conf = node.conf_dir.0.join("10-contrail.conf");
+    std::fs::write(
+        &conf,
+        json!({"cniVersion": "0.3.1", "contrail": node.contrail}).to_string(),
+    )
+    .unwrap();
+    let (ok, out, err) = by_hand(
+        &plugin_bin(),
+        &["inspect", "--config", conf.to_str().unwrap(), "--json"],
+    );
+    assert!(ok, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn health_of(rows: &[Value], key: &str, value: &str) -> String {
+    let row = rows
+        .iter()
+        .find(|r| r[key] == value)
+        .unwrap_or_else(|| panic!("no row with {key}={value}: {rows:?}"));
+    row["health"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn inspect_finds_each_kind_of_breakage() {
+    let pods: Vec<PodSpec> = (1..=4)
+        .map(|n| PodSpec::new(vec![VmiSpec::new("default", n)]))
+        .collect();
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let node = Node::new(&sim);
+    let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cid = uuid();
+    for (pod, ns) in pods.iter().zip(&spaces) {
+        node.call(
+            "ADD",
+            &cid,
+            &ns.path(),
+            "eth0",
+            &pod.multus_args(&cid),
+            &node.netconf("1.0.0", ""),
+        )
+        .assert_ok();
+    }
+    let vmi = |i: usize| pods[i].vmis[0].uuid.clone();
+    let rows = inspect(&node);
+    for i in 0..4 {
+        assert_eq!(health_of(&rows, "vmi", &vmi(i)), "ok");
+    }
+    let ok_row = rows.iter().find(|r| r["vmi"] == vmi(0).as_str()).unwrap();
+    assert_eq!(ok_row["pod"], format!("default/{}", pods[0].name));
+    assert_eq!(ok_row["ifname"], "eth0");
+    assert_eq!(ok_row["mac"], pods[0].vmis[0].mac);
+    assert_eq!(ok_row["addresses"], json!([pods[0].vmis[0].addr()]));
+
+    // 1. Someone deleted the pod's interface.
+    sh("ip", &["-n", &spaces[1].name, "link", "del", "eth0"]);
+    // 2. The agent lost the port (restarted without it).
+    ureq::delete(&format!(
+        "http://127.0.0.1:{}/vm/{}",
+        sim.port, pods[2].uuid
+    ))
+    .call()
+    .unwrap();
+    // 3. The sandbox is gone, its DEL never came.
+    let stale = spaces[3].name.clone();
+    sh("ip", &["netns", "del", &stale]);
+    // 4. A host veth named like ours that no state explains.
+    let orphan = format!("tap{}{}", &tag(), &tag()[..4]);
+    let _orphan = HostLink(orphan.clone());
+    sh(
+        "ip",
+        &[
+            "link",
+            "add",
+            &orphan,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &format!("ck8so{}", tag()),
+        ],
+    );
+
+    let rows = inspect(&node);
+    assert_eq!(health_of(&rows, "vmi", &vmi(0)), "ok");
+    assert_eq!(health_of(&rows, "vmi", &vmi(1)), "interface missing");
+    assert_eq!(health_of(&rows, "vmi", &vmi(2)), "agent does not know it");
+    assert_eq!(health_of(&rows, "vmi", &vmi(3)), "stale sandbox");
+    assert_eq!(health_of(&rows, "host", &orphan), "orphan host link");
+
+    // The human table says the same.
+    let conf = node.conf_dir.0.join("10-contrail.conf");
+    let (ok, table, _) = by_hand(
+        &plugin_bin(),
+        &["inspect", "--config", conf.to_str().unwrap()],
+    );
+    assert!(ok);
+    assert!(table.starts_with("POD"), "{table}");
+    let line = table.lines().find(|l| l.contains(&vmi(3))).unwrap();
+    assert!(line.ends_with("stale sandbox"), "{line}");
+
+    for (pod, ns) in pods.iter().zip(&spaces) {
+        node.call(
+            "DEL",
+            &cid,
+            &ns.path(),
+            "eth0",
+            &pod.multus_args(&cid),
+            &node.netconf("1.0.0", ""),
+        )
+        .assert_ok();
+    }
+    let rows = inspect(&node);
+    assert!(rows.iter().all(|r| r["vmi"] == "-"), "state left: {rows:?}");
+}
