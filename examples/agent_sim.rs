@@ -6,7 +6,18 @@
 //! addition is `GET /sim/ports`, which the plugin never calls.
 //!
 //! Usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] [--delay-ms N]
-//!        [--fail METHOD:PATH_PREFIX:STATUS]...
+//!        [--fail METHOD:PATH_PREFIX:STATUS]... [--hang METHOD:PATH_PREFIX]...
+//!        [--garbage METHOD:PATH_PREFIX]... [--truncate METHOD:PATH_PREFIX]...
+//!        [--respond METHOD:PATH_PREFIX:STATUS:FILE]...
+//!
+//! The fault switches make requests whose method is METHOD and whose path starts with
+//! PATH_PREFIX misbehave, the first matching switch winning: `--fail` answers STATUS with an
+//! agent-style error body; `--hang` reads the request and never answers, holding the
+//! connection until the client gives up; `--garbage` answers 200 with malformed JSON;
+//! `--truncate` answers 200 with half of the real answer's body under its full Content-Length,
+//! then closes (the request still takes effect, as when an answer is cut off on the way);
+//! `--respond` answers STATUS with the exact bytes of FILE (read at start), for hostile
+//! answers crafted by tests. `--delay-ms` delays every answer.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -22,12 +33,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::{env, process, thread};
 
 const USAGE: &str = "usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] \
-                     [--delay-ms N] [--fail METHOD:PATH_PREFIX:STATUS]...";
+                     [--delay-ms N] [--fail METHOD:PATH_PREFIX:STATUS]... \
+                     [--hang METHOD:PATH_PREFIX]... [--garbage METHOD:PATH_PREFIX]... \
+                     [--truncate METHOD:PATH_PREFIX]... [--respond METHOD:PATH_PREFIX:STATUS:FILE]...";
 const AUTHOR: &str = "/usr/bin/contrail-vrouter-agent";
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 const NO_VLAN: u16 = 65535;
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 1 << 20;
+/// What `--garbage` answers: the start of a /vm-cfg answer, cut off mid-string.
+const GARBAGE: &str = r#"[{"id": "b86a"#;
 /// Keeps a silent or stuck client from pinning a thread forever.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The POST /vm fields the agent refuses to do without.
@@ -397,10 +412,19 @@ fn not_found() -> (u16, String) {
     (404, String::new())
 }
 
-struct FailRule {
+/// How a request matched by a fault switch misbehaves.
+enum Fault {
+    Fail(u16),
+    Hang,
+    Garbage,
+    Truncate,
+    Respond(u16, Vec<u8>),
+}
+
+struct Rule {
     method: String,
     prefix: String,
-    status: u16,
+    fault: Fault,
 }
 
 struct State {
@@ -412,7 +436,7 @@ struct State {
 
 struct Sim {
     pods: Vec<Pod>,
-    fails: Vec<FailRule>,
+    rules: Vec<Rule>,
     delay: Duration,
     state_dir: Option<PathBuf>,
     state: Mutex<State>,
@@ -429,16 +453,18 @@ impl Sim {
         st.first_seen[i].get_or_insert_with(Instant::now).elapsed()
     }
 
-    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
+    /// The fault switch, if any, that applies to a request.
+    fn fault(&self, method: &str, path: &str) -> Option<&Fault> {
         let rule = self
-            .fails
+            .rules
             .iter()
-            .find(|f| f.method == method && path.starts_with(&f.prefix));
-        let reply = match rule {
-            Some(f) => Err((f.status, "--fail".into())),
-            None => self.route(method, path, body),
-        };
-        match reply {
+            .find(|r| r.method == method && path.starts_with(&r.prefix));
+        rule.map(|r| &r.fault)
+    }
+
+    /// The agent's answer to a request: status, body and a reason for the log.
+    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
+        match self.route(method, path, body) {
             Ok(v) => (200, v.to_string(), String::new()),
             Err((status, why)) => (status, error_body(status).into(), why),
         }
@@ -669,14 +695,20 @@ fn serve(sim: &Sim, stream: TcpStream) {
     thread::sleep(sim.delay);
     match request {
         Ok(req) => {
-            let (status, body, why) = sim.answer(&req.method, &req.path, &req.body);
-            let why = if why.is_empty() {
-                why
-            } else {
-                format!(" ({why})")
-            };
-            eprintln!("{} {} {status}{why}", req.method, req.path);
-            respond(&stream, status, &body);
+            let (method, path) = (req.method.as_str(), req.path.as_str());
+            match sim.fault(method, path) {
+                None => {
+                    let (status, body, why) = sim.answer(method, path, &req.body);
+                    let why = if why.is_empty() {
+                        why
+                    } else {
+                        format!(" ({why})")
+                    };
+                    eprintln!("{method} {path} {status}{why}");
+                    respond(&stream, status, &body);
+                }
+                Some(fault) => misbehave(sim, &stream, &req, fault),
+            }
         }
         Err(status) => {
             eprintln!("- - {status} (malformed request)");
@@ -689,15 +721,53 @@ fn serve(sim: &Sim, stream: TcpStream) {
     }
 }
 
-fn respond(mut stream: &TcpStream, status: u16, body: &str) {
+fn respond(stream: &TcpStream, status: u16, body: &str) {
+    respond_raw(stream, status, body.as_bytes(), body.len());
+}
+
+/// Sends `body` under a Content-Length of `length`, which only a fault makes differ.
+fn respond_raw(mut stream: &TcpStream, status: u16, body: &[u8], length: usize) {
     // The agent says "OK" whatever the code; clients must key on the number only.
-    let response = format!(
-        "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
+    let head = format!(
+        "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\
+         Connection: close\r\n\r\n"
     );
     // The client may already be gone; there is nobody left to tell.
-    let _ = stream.write_all(response.as_bytes());
+    let _ = stream.write_all(&[head.as_bytes(), body].concat());
+}
+
+/// Answers a request the way its fault switch says.
+fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) {
+    let (method, path) = (req.method.as_str(), req.path.as_str());
+    match fault {
+        Fault::Fail(status) => {
+            eprintln!("{method} {path} {status} (--fail)");
+            respond(stream, *status, error_body(*status));
+        }
+        Fault::Hang => {
+            eprintln!("{method} {path} hanging (--hang)");
+            // No answer, but no close either: only the client's own timeout gets it out.
+            // Reading until the client closes (or resets) frees this thread when it does.
+            let _ = stream.set_read_timeout(None);
+            let _ = io::copy(&mut &*stream, &mut io::sink());
+        }
+        Fault::Garbage => {
+            eprintln!("{method} {path} 200 (--garbage)");
+            respond(stream, 200, GARBAGE);
+        }
+        Fault::Truncate => {
+            // The real answer, so the request has its effect; only its delivery fails.
+            let (_, body, _) = sim.answer(method, path, &req.body);
+            eprintln!("{method} {path} 200 truncated (--truncate)");
+            respond_raw(stream, 200, &body.as_bytes()[..body.len() / 2], body.len());
+            // A FIN, not a reset, so the client sees a short body rather than a lost one.
+            let _ = stream.shutdown(Shutdown::Write);
+        }
+        Fault::Respond(status, body) => {
+            eprintln!("{method} {path} {status} (--respond, {} bytes)", body.len());
+            respond_raw(stream, *status, body, body.len());
+        }
+    }
 }
 
 // ---------------------------------------------------------------- command line
@@ -707,13 +777,13 @@ struct Args {
     listen: String,
     state_dir: Option<PathBuf>,
     delay: Duration,
-    fails: Vec<FailRule>,
+    rules: Vec<Rule>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = env::args().skip(1);
     let (mut pods, mut listen, mut state_dir) = (None, "127.0.0.1:9091".to_owned(), None);
-    let (mut delay, mut fails) = (Duration::ZERO, Vec::new());
+    let (mut delay, mut rules) = (Duration::ZERO, Vec::new());
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -726,9 +796,10 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|_| format!("bad --delay-ms {value:?}"))?;
                 delay = Duration::from_millis(ms);
             }
-            "--fail" => {
-                let rule = parse_fail(&value).ok_or_else(|| format!("bad --fail {value:?}"))?;
-                fails.push(rule);
+            "--fail" | "--hang" | "--garbage" | "--truncate" | "--respond" => {
+                let rule =
+                    parse_rule(&flag, &value).ok_or_else(|| format!("bad {flag} {value:?}"))?;
+                rules.push(rule);
             }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
@@ -739,20 +810,38 @@ fn parse_args() -> Result<Args, String> {
         listen,
         state_dir,
         delay,
-        fails,
+        rules,
     })
 }
 
-/// `METHOD:PATH_PREFIX:STATUS`; the prefix may itself contain colons.
-fn parse_fail(s: &str) -> Option<FailRule> {
+/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail and `:STATUS:FILE` for --respond. The
+/// prefix may itself contain colons: for --respond, it ends at the first `:NNN:`.
+fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
     let (method, rest) = s.split_once(':')?;
-    let (prefix, status) = rest.rsplit_once(':')?;
-    let status = status.parse().ok().filter(|s| (400..600).contains(s))?;
+    let status = |s: &str, min| s.parse().ok().filter(|n| (min..600).contains(n));
+    let (prefix, fault) = match flag {
+        "--fail" => {
+            let (prefix, code) = rest.rsplit_once(':')?;
+            (prefix, Fault::Fail(status(code, 400)?))
+        }
+        "--respond" => {
+            let (prefix, code, file) = rest.match_indices(':').find_map(|(i, _)| {
+                let (code, file) = rest[i + 1..].split_once(':')?;
+                (code.len() == 3).then_some((&rest[..i], code, file))
+            })?;
+            let body =
+                fs::read(file).unwrap_or_else(|e| die(&format!("--respond {s:?}: {file}: {e}")));
+            (prefix, Fault::Respond(status(code, 200)?, body))
+        }
+        "--hang" => (rest, Fault::Hang),
+        "--garbage" => (rest, Fault::Garbage),
+        _ => (rest, Fault::Truncate),
+    };
     let ok = !method.is_empty() && prefix.starts_with('/');
-    ok.then(|| FailRule {
+    ok.then(|| Rule {
         method: method.into(),
         prefix: prefix.into(),
-        status,
+        fault,
     })
 }
 
@@ -782,7 +871,7 @@ fn main() {
     let first_seen = vec![None; pods.len()];
     let sim = Arc::new(Sim {
         pods,
-        fails: args.fails,
+        rules: args.rules,
         delay: args.delay,
         state_dir: args.state_dir,
         state: Mutex::new(State { first_seen, ports }),

@@ -25,7 +25,12 @@ pub struct Agent {
     http: ureq::Agent,
     base: String,
     poll_timeout: Duration,
-    budget: Duration,
+    /// When the client was made, at the start of the invocation.
+    start: Instant,
+    /// The end of the invocation's whole wait for the agent (poll-timeout x poll-retries after
+    /// `start`), shared by all its waits, so that a slow pod, a slow IP and a slow registration
+    /// do not add up to three times what the config allows (and outlast the runtime's timeout).
+    deadline: Instant,
 }
 
 /// One poll's outcome: the answer, or why it is not there yet.
@@ -49,11 +54,13 @@ impl Agent {
             std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
             std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),
         };
+        let start = Instant::now();
         Agent {
             http,
             base,
             poll_timeout: conf.poll_timeout,
-            budget: conf.poll_budget(),
+            start,
+            deadline: start + conf.poll_budget(),
         }
     }
 
@@ -128,15 +135,16 @@ impl Agent {
         what: &str,
         mut attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
     ) -> Result<T> {
-        let start = Instant::now();
-        let deadline = start + self.budget;
+        let deadline = self.deadline;
         let mut pause = FIRST_POLL_PAUSE;
         let mut last;
         loop {
+            // Even a wait that starts at the deadline makes one attempt worth making.
             let left = deadline.saturating_duration_since(Instant::now());
             match attempt(
                 self,
-                left.min(self.poll_timeout).max(Duration::from_millis(1)),
+                left.min(self.poll_timeout)
+                    .max(self.poll_timeout.min(MIN_ATTEMPT)),
             ) {
                 Ok(Poll::Ready(t)) => return Ok(t),
                 Ok(Poll::NotYet(why)) => last = why,
@@ -151,7 +159,7 @@ impl Agent {
                     code::TRY_AGAIN_LATER,
                     format!(
                         "gave up after {:.1}s (poll-timeout x poll-retries) waiting for {what}; last: {last}",
-                        start.elapsed().as_secs_f64()
+                        self.start.elapsed().as_secs_f64()
                     ),
                 ));
             }
@@ -171,7 +179,7 @@ impl Agent {
                         "GET {path}: 404, the agent does not know the pod yet"
                     )));
                 };
-                let vmis = vmi::parse_cfg(&body)?;
+                let vmis = vmi::parse_cfg(&body).map_err(|e| agent.refused("GET", &path, e))?;
                 if vmi::complete(&vmis) {
                     return Ok(Poll::Ready(vmis));
                 }
@@ -193,8 +201,18 @@ impl Agent {
     ) -> Result<Option<IpConfig>> {
         let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
         self.request("GET", &path, None, timeout)?
-            .map(|body| vmi::parse_ip(&body, vmi_uuid))
+            .map(|body| vmi::parse_ip(&body, vmi_uuid).map_err(|e| self.refused("GET", &path, e)))
             .transpose()
+    }
+
+    /// An answer the parsers refused, with the agent and the request it answered, so that an
+    /// operator knows where to look.
+    fn refused(&self, method: &str, path: &str, e: Error) -> Error {
+        let msg = format!(
+            "vRouter agent at {} answered {method} {path} with what this plugin refuses: {}",
+            self.base, e.msg
+        );
+        Error::new(e.code, msg)
     }
 
     /// Polls the VMI's IP config until the agent has it.
@@ -213,11 +231,16 @@ impl Agent {
     }
 
     /// The VMIs among `uuids` that the agent reports a host interface for. One quick look, no
-    /// waiting: used only to tell repeated attachments of one network apart.
+    /// waiting: used only to tell repeated attachments of one network apart. Within the
+    /// invocation's deadline: a VMI the agent does not answer for in time counts as unregistered.
     pub fn registered(&self, vm_uuid: &str, uuids: &[&str]) -> Vec<String> {
         uuids
             .iter()
-            .filter(|u| matches!(self.ip_config(vm_uuid, u, self.poll_timeout), Ok(Some(ip)) if ip.registered_as.is_some()))
+            .filter(|u| {
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                let t = left.min(self.poll_timeout);
+                !t.is_zero() && matches!(self.ip_config(vm_uuid, u, t), Ok(Some(ip)) if ip.registered_as.is_some())
+            })
             .map(|u| u.to_string())
             .collect()
     }

@@ -606,3 +606,19 @@ impl Drop for HostLink {
         let _ = Command::new("ip").args(["link", "del", &self.0]).status();
     }
 }
+
+/// The host end of a VMI's veth, as the README documents it: `tap` + 12 hex digits of a hash
+/// of the VMI uuid (FNV-1a, then murmur3's finalizer). Deliberately written again from the
+/// README rather than shared: the name is a contract with operators and with links an older
+/// version left behind, so a change to the plugin's scheme must fail a test. Checked against
+/// real ADD results in tests/faults.rs.
+pub fn host_ifname(vmi_uuid: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in vmi_uuid.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    for m in [0xff51_afd7_ed55_8ccd, 0xc4ce_b9fe_1a85_ec53] {
+        h = (h ^ (h >> 33)).wrapping_mul(m);
+    }
+    format!("tap{:012x}", (h ^ (h >> 33)) >> 16)
+}

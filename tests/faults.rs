@@ -1,0 +1,495 @@
+//! A misbehaving vRouter agent: hanging, slow, failing, garbled, truncated and hostile answers
+//! (the simulator's fault switches). Each ADD must fail with the right code within its bound,
+//! say what to look at, and leave nothing behind; DEL must work without a usable agent.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const POLL_TIMEOUT: f64 = 0.2;
+const POLL_RETRIES: u32 = 3;
+/// Process start and netns entry on a loaded 2-core CI machine: a correctness bound, not a
+/// benchmark.
+const SLACK: Duration = Duration::from_secs(3);
+
+fn poll_timeout() -> Duration {
+    Duration::from_secs_f64(POLL_TIMEOUT)
+}
+
+/// The whole wait for the agent (poll-timeout x poll-retries), plus one best-effort request
+/// (the deregistration of a rolled-back claim).
+fn add_bound() -> Duration {
+    poll_timeout() * POLL_RETRIES + poll_timeout()
+}
+
+/// One pod, its (faulty) agent, a node with a small poll budget, and the pod's netns.
+struct Case {
+    pod: PodSpec,
+    /// `None` once the test has killed the agent.
+    sim: Option<Sim>,
+    node: Node,
+    ns: Netns,
+    cid: String,
+    /// Holds the files of crafted answers (`--respond`), outside the node's directories.
+    _files: TempDir,
+}
+
+impl Case {
+    fn new(pod: PodSpec, sim_args: &[&str]) -> Case {
+        Case::with_files(pod, TempDir::new(), sim_args)
+    }
+
+    fn with_files(pod: PodSpec, files: TempDir, sim_args: &[&str]) -> Case {
+        let sim = Sim::start(&[&pod], sim_args);
+        let mut node = Node::new(&sim);
+        node.contrail["poll-timeout"] = json!(POLL_TIMEOUT);
+        node.contrail["poll-retries"] = json!(POLL_RETRIES);
+        Case {
+            pod,
+            sim: Some(sim),
+            node,
+            ns: Netns::new(),
+            cid: uuid(),
+            _files: files,
+        }
+    }
+
+    fn agent(&self) -> String {
+        format!("127.0.0.1:{}", self.node.port)
+    }
+
+    /// One call for the pod's first VMI (eth0 on the cluster network), timed.
+    fn call(&self, command: &str, prev: Option<&Value>) -> (Output, Duration) {
+        let mut conf = self.node.netconf("1.0.0", "");
+        if let Some(p) = prev {
+            conf["prevResult"] = p.clone();
+        }
+        let args = self.pod.multus_args(&self.cid);
+        let started = Instant::now();
+        let out = self
+            .node
+            .call(command, &self.cid, &self.ns.path(), "eth0", &args, &conf);
+        (out, started.elapsed())
+    }
+
+    /// ADD, expecting `code` within `bound` (plus slack) and a message holding every one of
+    /// `words`; then nothing may be left. Returns the message.
+    #[track_caller]
+    fn add_fails(&self, code: u64, bound: Duration, words: &[&str]) -> String {
+        let (out, took) = self.call("ADD", None);
+        assert_eq!(out.code(), code, "{}", out.stdout);
+        let msg = out.msg();
+        eprintln!("ADD failed after {took:?} with code {code}: {msg}");
+        assert!(
+            took < bound + SLACK,
+            "took {took:?}, bound {bound:?}: {msg}"
+        );
+        for w in words {
+            assert!(msg.contains(w), "message lacks {w:?}: {msg}");
+        }
+        self.assert_nothing_left();
+        msg
+    }
+
+    /// No interface in the netns, no host end, no state, no port with the agent, and nothing
+    /// in the config dir but the log and the (empty) state root.
+    #[track_caller]
+    fn assert_nothing_left(&self) {
+        assert_eq!(self.ns.ifnames(), ["lo"]);
+        for v in &self.pod.vmis {
+            let tap = host_ifname(&v.uuid);
+            assert!(!host_link_exists(&tap), "host end {tap} left behind");
+        }
+        assert!(
+            !self.node.pod_dir_exists(&self.pod),
+            "state left: {:?}",
+            self.node.state_files(&self.pod)
+        );
+        if let Some(sim) = &self.sim {
+            assert_eq!(sim.ports(), [], "port left registered");
+        }
+        assert_eq!(config_dir_entries(&self.node), [] as [String; 0]);
+    }
+}
+
+/// What the config dir holds besides the log file and an empty `ports` directory.
+fn config_dir_entries(node: &Node) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            out.push(path.display().to_string());
+            if path.is_dir() {
+                walk(&path, out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(&node.config_dir.0, &mut all);
+    let allowed = [node.config_dir.0.join("cni.log"), node.ports_dir()];
+    all.retain(|p| !allowed.iter().any(|a| Path::new(p) == a));
+    all
+}
+
+fn one_vmi_pod() -> PodSpec {
+    PodSpec::new(vec![VmiSpec::new("default", 1)])
+}
+
+// ---------------------------------------------------------------- transport and status faults
+
+#[test]
+fn agent_accepting_and_never_answering_times_out_with_code_11() {
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--hang", "GET:/vm-cfg/"]);
+    let path = format!("GET /vm-cfg/{}", pod.vm_name());
+    let msg = c.add_fails(11, add_bound(), &[&c.agent(), "waiting for", &path]);
+    assert!(msg.contains("every interface of pod"), "{msg}");
+    assert!(
+        msg.contains("timeout") || msg.contains("timed out"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn agent_slower_than_the_request_timeout_times_out_with_code_11() {
+    let pod = one_vmi_pod();
+    // Each answer comes 0.5 s after its request, each request gives up after 0.2 s.
+    let c = Case::new(pod.clone(), &["--delay-ms", "500"]);
+    let path = format!("GET /vm-cfg/{}", pod.vm_name());
+    let msg = c.add_fails(11, add_bound(), &[&c.agent(), "waiting for", &path]);
+    assert!(
+        msg.contains("timeout") || msg.contains("timed out"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn http_500_on_vm_cfg_times_out_with_code_11() {
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--fail", "GET:/vm-cfg/:500"]);
+    let path = format!("GET /vm-cfg/{}", pod.vm_name());
+    c.add_fails(
+        11,
+        add_bound(),
+        &[&c.agent(), "waiting for", &path, "HTTP 500"],
+    );
+}
+
+#[test]
+fn malformed_json_on_vm_cfg_ends_the_wait_with_code_6() {
+    let pod = one_vmi_pod();
+    let mut c = Case::new(pod.clone(), &["--garbage", "GET:/vm-cfg/"]);
+    // A budget of 20 s: failing well within it shows that garbage is not waited out.
+    c.node.contrail["poll-retries"] = json!(100);
+    let path = format!("GET /vm-cfg/{}", pod.vm_name());
+    let msg = c.add_fails(6, Duration::ZERO, &[&c.agent(), &path]);
+    assert!(msg.contains("invalid JSON"), "{msg}");
+}
+
+#[test]
+fn truncated_answer_on_vm_cfg_is_retried_then_code_11() {
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--truncate", "GET:/vm-cfg/"]);
+    let path = format!("GET /vm-cfg/{}", pod.vm_name());
+    c.add_fails(11, add_bound(), &[&c.agent(), "waiting for", &path]);
+}
+
+#[test]
+fn hang_on_the_ip_config_rolls_the_claim_back() {
+    // The rollback's deregistration hangs too: it must not stretch the ADD past its bound.
+    let pod = one_vmi_pod();
+    let c = Case::new(
+        pod.clone(),
+        &["--hang", "GET:/vm/", "--hang", "DELETE:/vm/"],
+    );
+    let path = format!("GET /vm/{}/{}", pod.uuid, pod.vmis[0].uuid);
+    let msg = c.add_fails(11, add_bound(), &[&c.agent(), "waiting for", &path]);
+    assert!(msg.contains("IP address of VMI"), "{msg}");
+}
+
+#[test]
+fn garbage_on_the_ip_config_rolls_the_claim_back_with_code_6() {
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--garbage", "GET:/vm/"]);
+    let path = format!("GET /vm/{}/{}", pod.uuid, pod.vmis[0].uuid);
+    let msg = c.add_fails(6, add_bound(), &[&c.agent(), &path]);
+    assert!(msg.contains("invalid JSON"), "{msg}");
+}
+
+#[test]
+fn registration_whose_answer_is_cut_off_is_rolled_back_and_deregistered() {
+    // The agent registers the port, but the plugin never learns it did: the rollback must
+    // remove the interface and deregister the pod, or the agent keeps a port with no veth.
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--truncate", "POST:/vm"]);
+    let msg = c.add_fails(
+        11,
+        add_bound(),
+        &[&c.agent(), "waiting for", "POST /vm", &pod.vmis[0].uuid],
+    );
+    assert!(msg.contains(&host_ifname(&pod.vmis[0].uuid)), "{msg}");
+}
+
+#[test]
+fn many_attachments_of_one_network_with_a_hanging_agent_stay_within_the_bound() {
+    // Telling repeated attachments of one network apart asks the agent about each of the
+    // network's VMIs; with every such request hanging, the ADD must still end within
+    // poll-timeout x poll-retries (here 1 s), not 16 x poll-timeout later.
+    let mut vmis = vec![VmiSpec::new("default", 1)];
+    vmis.extend((2..18).map(|n| VmiSpec::new("net-a", n)));
+    let pod = PodSpec::new(vmis);
+    let mut c = Case::new(pod.clone(), &["--hang", "GET:/vm/"]);
+    c.node.contrail["poll-timeout"] = json!(0.5);
+    c.node.contrail["poll-retries"] = json!(2);
+    let bound = Duration::from_millis(500 * 2 + 500);
+    let args = pod.multus_args(&c.cid);
+    let started = Instant::now();
+    let out = c.node.call(
+        "ADD",
+        &c.cid,
+        &c.ns.path(),
+        "net1",
+        &args,
+        &c.node.netconf("1.0.0", "net-a"),
+    );
+    let took = started.elapsed();
+    assert_eq!(out.code(), 11, "{}", out.stdout);
+    let msg = out.msg();
+    assert!(
+        took < bound + SLACK,
+        "took {took:?}, bound {bound:?}: {msg}"
+    );
+    assert!(
+        msg.contains(&c.agent()) && msg.contains("waiting for"),
+        "{msg}"
+    );
+    c.assert_nothing_left();
+}
+
+// ---------------------------------------------------------------- hostile answers
+
+/// The pod's VMIs from /vm-cfg and its first VMI's IP config from /vm, as an unfaulted agent
+/// answers them, with `edit` applied to the one on `which` ("vm-cfg" or "vm"): files and the
+/// `--respond` switches that make the simulator answer with exactly these bytes.
+fn crafted(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> (TempDir, Vec<String>) {
+    let honest = Sim::start(&[pod], &[]);
+    let files = TempDir::new();
+    let cfg = format!("/vm-cfg/{}", pod.vm_name());
+    let ip = format!("/vm/{}/{}", pod.uuid, pod.vmis[0].uuid);
+    let mut edit = Some(edit);
+    let mut args = Vec::new();
+    for (name, path) in [("vm-cfg", &cfg), ("vm", &ip)] {
+        let url = format!("http://127.0.0.1:{}{path}", honest.port);
+        let text = ureq::get(&url).call().unwrap().body_mut().read_to_string();
+        let mut body: Value = serde_json::from_str(&text.unwrap()).unwrap();
+        if let Some(edit) = edit.take_if(|_| name == which) {
+            edit(&mut body[0]);
+        }
+        let file = files.0.join(format!("{name}.json"));
+        std::fs::write(&file, body.to_string()).unwrap();
+        args.push("--respond".to_string());
+        args.push(format!("GET:{path}:200:{}", file.display()));
+    }
+    (files, args)
+}
+
+fn hostile_case(pod: PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> Case {
+    let (files, args) = crafted(&pod, which, edit);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Case::with_files(pod, files, &args)
+}
+
+/// ADD against a hostile answer on `which` ("vm-cfg", or "vm" after the claim): code 6 at
+/// once, naming the agent, the request and `words`, with nothing left behind.
+#[track_caller]
+fn hostile(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value), words: &[&str]) -> String {
+    let c = hostile_case(pod.clone(), which, edit);
+    let path = match which {
+        "vm-cfg" => format!("GET /vm-cfg/{}", pod.vm_name()),
+        _ => format!("GET /vm/{}/{}", pod.uuid, pod.vmis[0].uuid),
+    };
+    let agent = c.agent();
+    let mut all = vec![agent.as_str(), path.as_str()];
+    all.extend_from_slice(words);
+    c.add_fails(6, add_bound(), &all)
+}
+
+/// One field of the VMI's object in the answer on `which` set to `value`.
+#[track_caller]
+fn hostile_field(pod: &PodSpec, which: &str, key: &str, value: Value, words: &[&str]) {
+    hostile(pod, which, |vmi| vmi[key] = value, words);
+}
+
+#[test]
+fn crafted_answers_equal_to_the_agents_own_work() {
+    // The control for the hostile cases: the same mechanism with nothing edited succeeds, and
+    // the host end is the one `host_ifname` computes.
+    let pod = one_vmi_pod();
+    let c = hostile_case(pod.clone(), "", |_| {});
+    let (out, _) = c.call("ADD", None);
+    let r = out.assert_ok().json();
+    assert_eq!(r["interfaces"][0]["name"], host_ifname(&pod.vmis[0].uuid));
+    assert_eq!(c.ns.mac("eth0"), pod.vmis[0].mac);
+    c.call("DEL", Some(&r)).0.assert_ok();
+    c.assert_nothing_left();
+}
+
+#[test]
+fn vmi_id_with_path_components_is_refused() {
+    let pod = one_vmi_pod();
+    // From the pod's state dir (<tmp>/ck8s-test-*/ports/<vm-name>), `../../../x` is <tmp>/x.
+    let tmp = std::env::temp_dir();
+    let injected = format!("ck8s-injected-{}", tag());
+    let passwd = std::fs::read("/etc/passwd").unwrap();
+    for id in [
+        "../../../etc/passwd".to_string(),
+        format!("../../../{injected}"),
+        tmp.join(&injected).display().to_string(),
+    ] {
+        hostile_field(
+            &pod,
+            "vm-cfg",
+            "id",
+            json!(id),
+            &["not a lowercase uuid", &id],
+        );
+        for p in [tmp.join("etc/passwd"), tmp.join(&injected)] {
+            assert!(!p.exists(), "{} was created for id {id:?}", p.display());
+        }
+        assert_eq!(std::fs::read("/etc/passwd").unwrap(), passwd);
+        assert!(!host_link_exists(&host_ifname(&id)));
+    }
+}
+
+#[test]
+fn uppercase_vmi_id_is_refused() {
+    let pod = one_vmi_pod();
+    let upper = pod.vmis[0].uuid.to_uppercase();
+    hostile_field(
+        &pod,
+        "vm-cfg",
+        "id",
+        json!(upper),
+        &["not a lowercase uuid", &upper],
+    );
+}
+
+#[test]
+fn multicast_mac_in_vm_cfg_is_refused() {
+    let mac = "01:00:5e:00:00:01";
+    hostile_field(
+        &one_vmi_pod(),
+        "vm-cfg",
+        "mac-address",
+        json!(mac),
+        &[mac, "unicast"],
+    );
+}
+
+#[test]
+fn index_beyond_the_count_is_refused() {
+    let set_index = |vmi: &mut Value| {
+        for a in vmi["annotations"].as_array_mut().unwrap() {
+            if a.as_str().unwrap().starts_with("{index:") {
+                *a = json!("{index:5/2}");
+            }
+        }
+    };
+    hostile(&one_vmi_pod(), "vm-cfg", set_index, &["index", "5/2"]);
+}
+
+#[test]
+fn prefix_length_33_is_refused() {
+    hostile_field(&one_vmi_pod(), "vm", "plen", json!(33), &["plen 33"]);
+}
+
+#[test]
+fn ipv4_address_out_of_range_is_refused() {
+    let words = ["ip-address", "300.1.1.1"];
+    hostile_field(
+        &one_vmi_pod(),
+        "vm",
+        "ip-address",
+        json!("300.1.1.1"),
+        &words,
+    );
+}
+
+#[test]
+fn ipv6_prefix_length_200_is_refused() {
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1).dual_stack()]);
+    hostile_field(&pod, "vm", "v6-plen", json!(200), &["v6-plen 200"]);
+}
+
+#[test]
+fn all_zero_mac_in_the_ip_config_is_refused() {
+    let mac = "00:00:00:00:00:00";
+    hostile_field(
+        &one_vmi_pod(),
+        "vm",
+        "mac-address",
+        json!(mac),
+        &[mac, "unicast"],
+    );
+}
+
+// ---------------------------------------------------------------- DEL and CHECK
+
+#[test]
+fn del_without_the_agent_tears_down_locally() {
+    let pod = one_vmi_pod();
+    let mut c = Case::new(pod.clone(), &[]);
+    let (out, _) = c.call("ADD", None);
+    let r = out.assert_ok().json();
+    let tap = host_ifname(&pod.vmis[0].uuid);
+    assert!(host_link_exists(&tap));
+    let agent = c.agent();
+    // The agent goes away (restarting, crashed): nothing listens on its port any more.
+    c.sim = None;
+
+    // CHECK cannot confirm the registration: it fails, naming the agent, and changes nothing.
+    let (out, took) = c.call("CHECK", Some(&r));
+    assert_eq!(out.code(), 11, "{}", out.stdout);
+    assert!(out.msg().contains(&agent), "{}", out.msg());
+    assert!(took < poll_timeout() + SLACK, "{took:?}");
+    assert_eq!(c.ns.ifnames(), ["eth0", "lo"]);
+
+    // DEL is local: interface and state go; deregistration is best effort.
+    let (out, took) = c.call("DEL", Some(&r));
+    out.assert_ok();
+    assert!(took < poll_timeout() + SLACK, "{took:?}");
+    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert!(!host_link_exists(&tap));
+    assert!(!c.node.pod_dir_exists(&pod));
+    let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
+    assert!(log.contains("left registered with the agent"), "{log}");
+
+    // Nothing is recorded any more: CHECK fails, a repeated DEL succeeds.
+    let (out, _) = c.call("CHECK", Some(&r));
+    assert_eq!(out.code(), 103, "{}", out.stdout);
+    c.call("DEL", Some(&r)).0.assert_ok();
+}
+
+#[test]
+fn del_with_a_hanging_agent_finishes_in_time() {
+    let pod = one_vmi_pod();
+    let c = Case::new(pod.clone(), &["--hang", "DELETE:/vm/"]);
+    let (out, _) = c.call("ADD", None);
+    let r = out.assert_ok().json();
+    let (out, took) = c.call("DEL", Some(&r));
+    out.assert_ok();
+    // One deregistration request, bounded by poll-timeout; nothing else talks to the agent.
+    assert!(took < poll_timeout() + SLACK, "{took:?}");
+    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
+    assert!(!c.node.pod_dir_exists(&pod));
+    let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
+    assert!(log.contains("left registered with the agent"), "{log}");
+    // The agent never processed the DELETE: the port is still registered there.
+    let ports = c.sim.as_ref().unwrap().ports();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    c.call("DEL", Some(&r)).0.assert_ok();
+}
