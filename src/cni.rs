@@ -398,6 +398,9 @@ pub fn check_ifname(s: &str) -> std::result::Result<(), &'static str> {
     } else if s
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
+        // The kernel's isspace() also takes byte 0xa0 (Latin-1's no-break space), the last
+        // byte of some UTF-8 letters (à, Š): its dev_valid_name refuses those names.
+        || s.as_bytes().contains(&0xa0)
     {
         Err("may not contain '/', ':', NUL or whitespace")
     } else {
