@@ -40,17 +40,48 @@ pub enum Poll<T> {
     NotYet(String),
 }
 
+/// The agent's address is an IP literal (`vrouter-ip`): nothing to resolve. ureq's default
+/// resolver would start a thread per request to bound the lookup by the request's timeout.
+/// `ureq::unversioned` is outside ureq's semver promise: Cargo.lock pins 3.5.1, and an update
+/// of ureq must be checked against this (the build fails loudly if it changed).
+#[derive(Debug)]
+struct Literal(std::net::SocketAddr);
+
+impl ureq::unversioned::resolver::Resolver for Literal {
+    fn resolve(
+        &self,
+        _: &ureq::http::Uri,
+        _: &ureq::config::Config,
+        _: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(self.0);
+        Ok(addrs)
+    }
+}
+
 impl Agent {
     pub fn new(conf: &Contrail) -> Agent {
-        let http = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             // The agent is on loopback: a proxy from the environment would only break it.
             .proxy(None)
             .http_status_as_error(false)
             .timeout_connect(Some(conf.poll_timeout.min(Duration::from_secs(1))))
             .timeout_global(Some(conf.poll_timeout))
             .user_agent("contrail-k8s-cni")
-            .build()
-            .into();
+            // Answers are a few hundred bytes: 16 KiB buffers instead of 128 KiB ones, zeroed
+            // (and so resident) for every connection.
+            .input_buffer_size(16 * 1024)
+            .output_buffer_size(16 * 1024)
+            .max_response_header_size(8 * 1024)
+            .build();
+        // vrouter-ip is an address: nothing to resolve (see `Literal`).
+        let addr = std::net::SocketAddr::new(conf.vrouter_ip, conf.vrouter_port);
+        let http = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::new(),
+            Literal(addr),
+        );
         let base = match conf.vrouter_ip {
             std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
             std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),

@@ -2,9 +2,10 @@
 //! in the host's netns and in a container's netns.
 //!
 //! The API is synchronous. One current-thread tokio runtime, owned by
-//! [`Netlink`], drives every socket inside `block_on`: the plugin runs no
-//! other threads, so a `setns` on this thread cannot be observed by work on
-//! another one, and nothing runs in the container's netns by accident.
+//! [`Netlink`], drives every socket inside `block_on`. `setns` moves only the
+//! calling thread, and only for the moment it takes to create a socket; the
+//! only other threads (thick mode's parallel DEL) never enter a container's
+//! netns, so nothing runs there by accident.
 
 use std::fmt;
 use std::fs::File;

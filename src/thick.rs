@@ -122,19 +122,48 @@ pub fn del(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
     if records.is_empty() {
         return Ok(());
     }
-    let nl = attach::netlink()?;
     // Keep going after a failure so one stuck interface does not strand the others.
-    let mut first_err = None;
-    for r in &records {
-        if let Err(e) = attach::teardown(&nl, &r.host_ifname) {
-            log::warn!("DEL of {}: {e}", r.ifname);
-            first_err.get_or_insert(e);
-        }
-    }
-    if let Some(e) = first_err {
+    if let Some(e) = teardown_all(&records).into_iter().next() {
         return Err(e);
     }
     attach::forget(&Agent::new(&conf.contrail), dir, &records)
+}
+
+/// Deleting a veth returns only once the kernel has finished tearing it down (~20 ms, mostly
+/// waiting for RCU after the RTNL lock is released), so deletions from several threads
+/// overlap almost entirely. Each thread has its own runtime and socket in the host netns (the
+/// one the plugin runs in; none of them enters a container's netns). Returns every failure.
+fn teardown_all(records: &[Record]) -> Vec<Error> {
+    const THREADS: usize = 16;
+    let per_thread = records.len().div_ceil(THREADS).max(1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = records
+            .chunks(per_thread)
+            .map(|chunk| {
+                s.spawn(move || {
+                    let nl = match attach::netlink() {
+                        Ok(nl) => nl,
+                        Err(e) => return vec![e],
+                    };
+                    chunk
+                        .iter()
+                        .filter_map(|r| {
+                            attach::teardown(&nl, &r.host_ifname)
+                                .inspect_err(|e| log::warn!("DEL of {}: {e}", r.ifname))
+                                .err()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| vec![Error::new(code::INTERNAL, "a DEL thread panicked")])
+            })
+            .collect()
+    })
 }
 
 /// CHECK: every interface of the sandbox.
