@@ -1,9 +1,12 @@
 //! Stand-in for the Tungsten Fabric vRouter agent's port-IPC REST API, for tests.
 //!
-//! It follows the agent's port-IPC contract (README, "The agent simulator") so that a
-//! plugin that works against it works unchanged against the real agent: same paths,
-//! status codes, bodies, UUID ordering and "404 until ready" behaviour. The only
-//! addition is `GET /sim/ports`, which the plugin never calls.
+//! It follows the agent's port-IPC contract (README, "The agent simulator"; the agent's
+//! `port_ipc/rest_server.cc` and `port_ipc_handler.cc`) so that a plugin that works against it
+//! works unchanged against the real agent: same paths, status codes, bodies, UUID ordering,
+//! kept-alive connections, and an IP configuration that exists only once the port was
+//! registered with `POST /vm`. The only addition is `GET /sim/ports`, which the plugin never
+//! calls: the registered ports, each with `sim-registered-ns`, when it was registered on the
+//! node's CLOCK_MONOTONIC (for the benchmark's readiness lag).
 //!
 //! Usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] [--delay-ms N]
 //!        [--fail METHOD:PATH_PREFIX:STATUS]... [--hang METHOD:PATH_PREFIX]...
@@ -12,7 +15,7 @@
 //!
 //! The fault switches make requests whose method is METHOD and whose path starts with
 //! PATH_PREFIX misbehave, the first matching switch winning: `--fail` answers STATUS with an
-//! agent-style error body; `--hang` reads the request and never answers, holding the
+//! agent-style error body (`{"error":"..."}`); `--hang` reads the request and never answers, holding the
 //! connection until the client gives up; `--garbage` answers 200 with malformed JSON;
 //! `--truncate` answers 200 with half of the real answer's body under its full Content-Length,
 //! then closes (the request still takes effect, as when an answer is cut off on the way);
@@ -115,10 +118,18 @@ struct Vmi {
 }
 
 impl Vmi {
-    /// Whether GET /vm/... may show this VMI: configured, delays elapsed and some IPAM.
-    fn ip_ready(&self, age: Duration) -> bool {
-        let wait = self.spec.cfg_delay_ms.max(self.spec.ip_delay_ms);
-        (self.v4.is_some() || self.spec.ip6.is_some()) && age >= Duration::from_millis(wait)
+    /// Whether the agent has this VMI's config, `cfg_age` after the pod was first asked about.
+    fn configured(&self, cfg_age: Duration) -> bool {
+        cfg_age >= Duration::from_millis(self.spec.cfg_delay_ms)
+    }
+
+    /// Whether GET /vm/... may show this VMI: the agent only has an interface entry (and so an
+    /// IP configuration) for a VMI registered with POST /vm, `registered_for` ago; config alone
+    /// never creates one. Then it needs IPAM, and `ip-delay-ms` counts from the registration.
+    fn ip_ready(&self, registered_for: Option<Duration>) -> bool {
+        let has_ipam = self.v4.is_some() || self.spec.ip6.is_some();
+        registered_for.is_some_and(|t| t >= Duration::from_millis(self.spec.ip_delay_ms))
+            && has_ipam
     }
 
     fn cfg_json(&self, vm_uuid: &str) -> Value {
@@ -129,12 +140,10 @@ impl Vmi {
         })
     }
 
-    fn oper_json(&self, vm_uuid: &str, ports: &BTreeMap<String, Value>) -> Value {
-        // Before any POST /vm the agent reports the VMI's own name, never a host ifname.
-        let system_name = ports
-            .get(&self.spec.uuid)
-            .and_then(|p| str_field(p, "host-ifname"))
-            .unwrap_or(&self.spec.uuid);
+    /// The answer for a registered VMI: `system-name` is the host interface it was registered
+    /// under.
+    fn oper_json(&self, vm_uuid: &str, port: &Port) -> Value {
+        let system_name = str_field(&port.body, "host-ifname").unwrap_or_default();
         let Value::Object(mut m) = json!({
             "id": self.spec.uuid, "instance-id": vm_uuid, "vn-id": self.vn_uuid,
             "vm-project-id": NIL_UUID, "mac-address": self.spec.mac,
@@ -394,7 +403,14 @@ fn check_port(port: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn error_body(status: u16) -> &'static str {
+/// The agent's error body (`REST::SendErrorResponse`): the message wrapped in a JSON object,
+/// which is itself often brace-wrapped text, `{"error":"{ Not Found }"}`.
+fn error_body(msg: &str) -> String {
+    json!({ "error": msg }).to_string()
+}
+
+/// The message the agent sends with a status it answers itself (not a handler's).
+fn status_message(status: u16) -> &'static str {
     match status {
         400 => "{ Bad Request }",
         404 => "{ Not Found }",
@@ -405,11 +421,11 @@ fn error_body(status: u16) -> &'static str {
 
 // ---------------------------------------------------------------- the agent
 
-/// An answer: JSON for 200, or an error status plus a reason that only goes to the log.
+/// An answer: JSON for 200, or an error status and the message its body carries.
 type Reply = Result<Value, (u16, String)>;
 
 fn not_found() -> (u16, String) {
-    (404, String::new())
+    (404, status_message(404).into())
 }
 
 /// How a request matched by a fault switch misbehaves.
@@ -427,11 +443,44 @@ struct Rule {
     fault: Fault,
 }
 
+/// A registered port: the record as POSTed or reloaded, and since when the VMI is registered
+/// (a POST for a VMI registered already updates the record, not the time).
+struct Port {
+    body: Value,
+    since: Instant,
+    /// `since` on CLOCK_MONOTONIC, which other processes can read too.
+    since_ns: u64,
+}
+
+impl Port {
+    fn new(body: Value) -> Port {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        let since_ns = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+        Port {
+            body,
+            since: Instant::now(),
+            since_ns,
+        }
+    }
+
+    /// The port as `GET /sim/ports` lists it.
+    fn listed(&self) -> Value {
+        let mut v = self.body.clone();
+        v["sim-registered-ns"] = self.since_ns.into();
+        v
+    }
+}
+
 struct State {
     /// Per pod (same index as `Sim::pods`): when a request first named it.
     first_seen: Vec<Option<Instant>>,
-    /// Registered ports keyed by vmi-uuid, each the record as POSTed or reloaded.
-    ports: BTreeMap<String, Value>,
+    /// Registered ports keyed by vmi-uuid.
+    ports: BTreeMap<String, Port>,
 }
 
 struct Sim {
@@ -462,11 +511,11 @@ impl Sim {
         rule.map(|r| &r.fault)
     }
 
-    /// The agent's answer to a request: status, body and a reason for the log.
+    /// The agent's answer to a request: status, body and the error message for the log.
     fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
         match self.route(method, path, body) {
             Ok(v) => (200, v.to_string(), String::new()),
-            Err((status, why)) => (status, error_body(status).into(), why),
+            Err((status, msg)) => (status, error_body(&msg), msg),
         }
     }
 
@@ -479,16 +528,12 @@ impl Sim {
                 self.vm_oper(vm, Some(*vmi))
             }
             ("POST", ["", "vm"]) => self.register(body),
-            ("DELETE", ["", "vm", vm]) if is_uuid(vm) => {
-                let mut st = self.lock();
-                if let Some(i) = self.pods.iter().position(|p| p.uuid == *vm) {
-                    Self::age(&mut st, i);
-                }
-                st.ports.retain(|_, p| str_field(p, "vm-uuid") != Some(*vm));
-                Ok(json!({}))
+            ("DELETE", ["", "vm", vm]) if is_uuid(vm) => Ok(self.deregister(vm)),
+            ("GET", ["", "sim", "ports"]) => {
+                Ok(self.lock().ports.values().map(Port::listed).collect())
             }
-            ("GET", ["", "sim", "ports"]) => Ok(self.lock().ports.values().cloned().collect()),
-            _ => Err(not_found()),
+            // The agent's router answers this for every path no handler matches.
+            _ => Err((404, "Unknown Request".into())),
         }
     }
 
@@ -500,10 +545,7 @@ impl Sim {
             .ok_or_else(not_found)?;
         let age = Self::age(&mut self.lock(), i);
         let pod = &self.pods[i];
-        let visible = pod
-            .vmis
-            .iter()
-            .filter(|v| age >= Duration::from_millis(v.spec.cfg_delay_ms));
+        let visible = pod.vmis.iter().filter(|v| v.configured(age));
         let cfg: Vec<Value> = visible.map(|v| v.cfg_json(&pod.uuid)).collect();
         if cfg.is_empty() {
             return Err(not_found());
@@ -511,7 +553,9 @@ impl Sim {
         Ok(cfg.into())
     }
 
-    /// GET /vm/<vm> (`vmi` None) or /vm/<vm>/<vmi>.
+    /// GET /vm/<vm> (`vmi` None) or /vm/<vm>/<vmi>: like the agent's `GetVmVnPort`, which
+    /// walks the VMIs it has config for and fails (404) on the first one without an interface
+    /// entry, that is, not registered, or without IPAM.
     fn vm_oper(&self, vm: &str, vmi: Option<&str>) -> Reply {
         let i = self
             .pods
@@ -524,21 +568,25 @@ impl Sim {
         let wanted: Vec<&Vmi> = pod
             .vmis
             .iter()
-            .filter(|v| vmi.is_none_or(|u| v.spec.uuid == u))
+            .filter(|v| v.configured(age) && vmi.is_none_or(|u| v.spec.uuid == u))
             .collect();
+        let port = |v: &Vmi| st.ports.get(&v.spec.uuid);
+        let ready = |v: &&Vmi| v.ip_ready(port(v).map(|p| p.since.elapsed()));
         // The whole-pod form answers only once every VMI of the pod is ready.
-        if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(age)) {
+        if wanted.is_empty() || !wanted.iter().all(ready) {
             return Err(not_found());
         }
         Ok(wanted
             .iter()
-            .map(|v| v.oper_json(&pod.uuid, &st.ports))
+            .filter_map(|v| Some(v.oper_json(&pod.uuid, port(v)?)))
             .collect())
     }
 
+    /// POST /vm, as the agent's REST handler takes it: `AddVmVnPort(body, check_port=false)`
+    /// does not look for the host interface (only a reload at agent start does).
     fn register(&self, body: &[u8]) -> Reply {
-        let port: Value =
-            serde_json::from_slice(body).map_err(|e| (500, format!("invalid JSON: {e}")))?;
+        let port: Value = serde_json::from_slice(body)
+            .map_err(|e| (500, format!("{{ Invalid Json string ==> {e} }}")))?;
         {
             // Naming a pod starts its delay clocks, even in a request that is refused.
             let (vm, name) = (str_field(&port, "vm-uuid"), str_field(&port, "vm-name"));
@@ -549,19 +597,39 @@ impl Sim {
                 }
             }
         }
-        check_port(&port).map_err(|e| (500, e))?;
+        check_port(&port).map_err(|e| (500, format!("{{ {e} }}")))?;
         let field = |key| str_field(&port, key).unwrap_or_default();
-        let ifname = field("host-ifname");
-        if !Path::new("/sys/class/net").join(ifname).exists() {
-            return Err((500, format!("interface {ifname} does not exist in OS")));
-        }
         if let Some(dir) = &self.state_dir {
-            write_port_file(&dir.join(field("vm-name")), field("vmi-uuid"), &port)
-                .map_err(|e| (500, format!("writing port file: {e}")))?;
+            // The agent answers 200 even when it cannot write the file, but then does not
+            // register the port (`AddVmVnPortEntry`'s failure is dropped by `AddVmVnPort`).
+            if let Err(e) = write_port_file(&dir.join(field("vm-name")), field("vmi-uuid"), &port) {
+                eprintln!("POST /vm: writing the port file failed, port not registered: {e}");
+                return Ok(json!({}));
+            }
         }
         let vmi = field("vmi-uuid").to_owned();
-        self.lock().ports.insert(vmi, port);
+        let mut st = self.lock();
+        match st.ports.get_mut(&vmi) {
+            Some(registered) => registered.body = port,
+            None => {
+                st.ports.insert(vmi, Port::new(port));
+            }
+        }
         Ok(json!({}))
+    }
+
+    /// DELETE /vm/<vm>: drops the registration of every VMI the agent has config for in that
+    /// pod (the agent's `DeleteVmVnPort` walks the pod's config VMIs); 200 `{}` always, also
+    /// for a pod it does not know.
+    fn deregister(&self, vm: &str) -> Value {
+        let mut st = self.lock();
+        if let Some(i) = self.pods.iter().position(|p| p.uuid == vm) {
+            let age = Self::age(&mut st, i);
+            for v in self.pods[i].vmis.iter().filter(|v| v.configured(age)) {
+                st.ports.remove(&v.spec.uuid);
+            }
+        }
+        json!({})
     }
 }
 
@@ -588,7 +656,7 @@ fn write_port_file(vm_dir: &Path, vmi: &str, port: &Value) -> io::Result<()> {
 }
 
 /// What the agent does on restart: re-register every UUID-named file under `<dir>/*/`.
-fn reload_ports(dir: &Path) -> BTreeMap<String, Value> {
+fn reload_ports(dir: &Path) -> BTreeMap<String, Port> {
     let read = |path: &Path| -> Result<Value, String> {
         let bytes = fs::read(path).map_err(|e| e.to_string())?;
         let port: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
@@ -605,7 +673,7 @@ fn reload_ports(dir: &Path) -> BTreeMap<String, Value> {
         match read(&file.path()) {
             Ok(port) => {
                 let vmi = str_field(&port, "vmi-uuid").unwrap_or_default().to_owned();
-                ports.insert(vmi, port);
+                ports.insert(vmi, Port::new(port));
             }
             Err(e) => eprintln!("skipping {}: {e}", file.path().display()),
         }
@@ -685,38 +753,44 @@ fn read_request(r: &mut impl BufRead) -> Result<Option<Request>, u16> {
     Ok(Some(Request { method, path, body }))
 }
 
+/// Serves one connection. Like the agent's HTTP session, it stays open after an answer for
+/// the client's next request, until the client closes it (or stays silent past IO_TIMEOUT).
 fn serve(sim: &Sim, stream: TcpStream) {
     // Timeouts are best effort: failing to set one only loses the protection.
     let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let Some(request) = read_request(&mut BufReader::new(&stream)).transpose() else {
-        return;
-    };
-    thread::sleep(sim.delay);
-    match request {
-        Ok(req) => {
-            let (method, path) = (req.method.as_str(), req.path.as_str());
-            match sim.fault(method, path) {
-                None => {
-                    let (status, body, why) = sim.answer(method, path, &req.body);
-                    let why = if why.is_empty() {
-                        why
-                    } else {
-                        format!(" ({why})")
-                    };
-                    eprintln!("{method} {path} {status}{why}");
-                    respond(&stream, status, &body);
-                }
-                Some(fault) => misbehave(sim, &stream, &req, fault),
+    let mut reader = BufReader::new(&stream);
+    while let Some(request) = read_request(&mut reader).transpose() {
+        thread::sleep(sim.delay);
+        let req = match request {
+            Ok(req) => req,
+            Err(status) => {
+                eprintln!("- - {status} (malformed request)");
+                respond(&stream, status, &error_body(status_message(status)));
+                // Unread input would make close() send a reset that can destroy the answer
+                // before the client reads it, so swallow a bounded amount of it.
+                let _ = stream.shutdown(Shutdown::Write);
+                let _ = io::copy(&mut reader.take(2 * MAX_BODY as u64), &mut io::sink());
+                return;
             }
-        }
-        Err(status) => {
-            eprintln!("- - {status} (malformed request)");
-            respond(&stream, status, error_body(status));
-            // Unread input would make close() send a reset that can destroy the answer
-            // before the client reads it, so swallow a bounded amount of it.
-            let _ = stream.shutdown(Shutdown::Write);
-            let _ = io::copy(&mut (&stream).take(2 * MAX_BODY as u64), &mut io::sink());
+        };
+        let (method, path) = (req.method.as_str(), req.path.as_str());
+        match sim.fault(method, path) {
+            None => {
+                let (status, body, msg) = sim.answer(method, path, &req.body);
+                let msg = if msg.is_empty() {
+                    msg
+                } else {
+                    format!(" ({msg})")
+                };
+                eprintln!("{method} {path} {status}{msg}");
+                respond(&stream, status, &body);
+            }
+            Some(fault) => {
+                if !misbehave(sim, &stream, &req, fault) {
+                    return;
+                }
+            }
         }
     }
 }
@@ -727,22 +801,23 @@ fn respond(stream: &TcpStream, status: u16, body: &str) {
 
 /// Sends `body` under a Content-Length of `length`, which only a fault makes differ.
 fn respond_raw(mut stream: &TcpStream, status: u16, body: &[u8], length: usize) {
-    // The agent says "OK" whatever the code; clients must key on the number only.
+    // The agent says "OK" whatever the code; clients must key on the number only. Its answers
+    // carry no Connection header: the connection stays open.
     let head = format!(
-        "HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\
-         Connection: close\r\n\r\n"
+        "HTTP/1.1 {status} OK\r\nContent-Type: application/json; charset=UTF-8\r\n\
+         Content-Length: {length}\r\n\r\n"
     );
     // The client may already be gone; there is nobody left to tell.
     let _ = stream.write_all(&[head.as_bytes(), body].concat());
 }
 
-/// Answers a request the way its fault switch says.
-fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) {
+/// Answers a request the way its fault switch says; false when the connection is over.
+fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) -> bool {
     let (method, path) = (req.method.as_str(), req.path.as_str());
     match fault {
         Fault::Fail(status) => {
             eprintln!("{method} {path} {status} (--fail)");
-            respond(stream, *status, error_body(*status));
+            respond(stream, *status, &error_body(status_message(*status)));
         }
         Fault::Hang => {
             eprintln!("{method} {path} hanging (--hang)");
@@ -750,6 +825,7 @@ fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) {
             // Reading until the client closes (or resets) frees this thread when it does.
             let _ = stream.set_read_timeout(None);
             let _ = io::copy(&mut &*stream, &mut io::sink());
+            return false;
         }
         Fault::Garbage => {
             eprintln!("{method} {path} 200 (--garbage)");
@@ -762,12 +838,14 @@ fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) {
             respond_raw(stream, 200, &body.as_bytes()[..body.len() / 2], body.len());
             // A FIN, not a reset, so the client sees a short body rather than a lost one.
             let _ = stream.shutdown(Shutdown::Write);
+            return false;
         }
         Fault::Respond(status, body) => {
             eprintln!("{method} {path} {status} (--respond, {} bytes)", body.len());
             respond_raw(stream, *status, body, body.len());
         }
     }
+    true
 }
 
 // ---------------------------------------------------------------- command line

@@ -337,16 +337,36 @@ impl Sim {
 
     /// A GET the plugin does not make: names the pod, which starts the simulator's delay
     /// clock for it. Returns when the answer is in.
-    fn touch(&self, path: &str) -> R<()> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
+    /// One GET on a fresh connection; the body, read by its Content-Length (the simulator
+    /// keeps connections open, as the agent does).
+    fn get(&self, path: &str) -> R<Value> {
+        let e = |e: std::io::Error| format!("GET {path}: {e}");
+        let s = TcpStream::connect(("127.0.0.1", self.port)).map_err(e)?;
+        let mut r = BufReader::new(s);
         write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+            r.get_mut(),
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         )
-        .map_err(|e| e.to_string())?;
-        let mut sink = Vec::new();
-        s.read_to_end(&mut sink).map_err(|e| e.to_string())?;
-        Ok(())
+        .map_err(e)?;
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).map_err(e)?;
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("GET {path}: bad length"))?;
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        r.read_exact(&mut body).map_err(e)?;
+        serde_json::from_slice(&body).map_err(|x| format!("GET {path}: {x}"))
     }
 }
 
@@ -385,6 +405,19 @@ impl Call {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// The `Instant` of a CLOCK_MONOTONIC reading (nanoseconds) taken by another process.
+fn instant_of(monotonic_ns: u64) -> Instant {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let now = Instant::now();
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    let now_ns = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
+    now - Duration::from_nanos(now_ns.saturating_sub(monotonic_ns))
 }
 
 /// Runs a CNI plugin as a runtime does: a clean environment, the config on stdin. stdin,
@@ -1029,7 +1062,7 @@ fn one_attachment(cx: &Ctx) -> R<Single> {
         }
         let t = Instant::now();
         cx.sim
-            .touch(&format!("/vm-cfg/k8s__default__{}", cx.bench_pod.name))?;
+            .get(&format!("/vm-cfg/k8s__default__{}", cx.bench_pod.name))?;
         if i >= cx.sizes.warmup {
             s.http.push(ms(t.elapsed()));
         }
@@ -1463,18 +1496,22 @@ fn readiness(cx: &Ctx) -> R<Ready> {
     Ok(Ready { samples, lag })
 }
 
-/// The simulator's clock for a pod starts at the first request naming it: this program makes
-/// that request itself, right before the ADD, so the ready moment is known to within the
-/// request's round trip (its midpoint is taken).
+/// The agent has an IP configuration only for a registered port, `ip-delay-ms` after the
+/// registration: the simulator reports when the plugin registered the VMI (CLOCK_MONOTONIC, the
+/// clock behind `Instant`), so the ready moment is known exactly.
 fn ready_once(cx: &Ctx, ns: &Netns, pod: &Pod, scratch: &Path) -> R<(f64, f64)> {
-    let before = Instant::now();
-    cx.sim
-        .touch(&format!("/vm-cfg/k8s__default__{}", pod.name))?;
-    let after = Instant::now();
-    let ready = before + (after - before) / 2 + Duration::from_millis(pod.vmis[0].ip_delay_ms);
     let env = cx.env("ADD", ns, &pod.name);
     let add = env.run(&cx.opts.plugin, &cx.ours_conf, scratch)?;
     expect_add("readiness", &add)?;
+    let ports = cx.sim.get("/sim/ports")?;
+    let registered_ns = ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["vmi-uuid"] == pod.vmis[0].uuid.as_str())
+        .and_then(|p| p["sim-registered-ns"].as_u64())
+        .ok_or_else(|| format!("readiness: {} is not registered", pod.vmis[0].uuid))?;
+    let ready = instant_of(registered_ns) + Duration::from_millis(pod.vmis[0].ip_delay_ms);
     let lag = if add.end >= ready {
         ms(add.end - ready)
     } else {
@@ -1905,9 +1942,10 @@ fn markdown(opts: &Opts, r: &Report) -> String {
     let _ = writeln!(
         m,
         "{} pods whose VMI gets its IP configuration at a random moment (`ip-delay-ms` uniform in \
-         0..2000, fixed seed), {} at a time; default `poll-timeout` and `poll-retries`. Lag = when \
-         ADD returned minus the moment the simulator started answering with the IP config; it \
-         includes the rest of the ADD (interface, registration) after the VMI is seen ready.\n",
+         0..2000 after the registration, fixed seed), {} at a time; default `poll-timeout` and \
+         `poll-retries`. Lag = when ADD returned minus the moment the simulator started answering \
+         with the IP config (its registration time plus the delay); it includes the rest of the \
+         ADD (addresses, routes) after the VMI is seen ready.\n",
         l.n, r.workers
     );
     let _ = writeln!(

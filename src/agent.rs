@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use crate::cni::{Error, Result, code};
 use crate::config::Contrail;
-use crate::state::Record;
 use crate::vmi::{self, IpConfig, Vmi};
 
 /// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`] (or
@@ -224,7 +223,8 @@ impl Agent {
         )
     }
 
-    /// `GET /vm/<vm-uuid>/<vmi-uuid>` once: `Ok(None)` while the agent has no IP config.
+    /// `GET /vm/<vm-uuid>/<vmi-uuid>` once: `Ok(None)` while the agent has no IP config (the
+    /// VMI is not registered, or its network has no IPAM).
     pub fn ip_config(
         &self,
         vm_uuid: &str,
@@ -247,19 +247,40 @@ impl Agent {
         Error::new(e.code, msg)
     }
 
-    /// Polls the VMI's IP config until the agent has it.
-    pub fn wait_for_ip(&self, vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> {
-        self.poll(
-            &format!("the IP address of VMI {vmi_uuid}"),
-            |agent, timeout| {
-                Ok(match agent.ip_config(vm_uuid, vmi_uuid, timeout)? {
-                    Some(ip) => Poll::Ready(ip),
-                    None => Poll::NotYet(format!(
-                        "GET /vm/{vm_uuid}/{vmi_uuid}: 404, no IP config yet"
-                    )),
-                })
-            },
-        )
+    /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
+    /// which must be registered already: the agent has none before. One request a poll, for the
+    /// first VMI not ready yet; the ones after it are asked for at once when it is, so that a
+    /// failure names the VMI that never got ready. `abandoned` is asked between polls: an error
+    /// from it (the claim was deleted meanwhile) ends the wait.
+    pub fn wait_for_ips(
+        &self,
+        vm_uuid: &str,
+        vmis: &[&str],
+        abandoned: impl Fn() -> Option<Error>,
+    ) -> Result<Vec<IpConfig>> {
+        let what = match vmis {
+            [one] => format!("the IP address of VMI {one}"),
+            _ => format!(
+                "the IP addresses of the {} VMIs of pod {vm_uuid}",
+                vmis.len()
+            ),
+        };
+        let mut ready = Vec::with_capacity(vmis.len());
+        self.poll(&what, |agent, timeout| {
+            while let Some(vmi) = vmis.get(ready.len()) {
+                let Some(ip) = agent.ip_config(vm_uuid, vmi, timeout)? else {
+                    crate::crash::point("waiting");
+                    if let Some(e) = abandoned() {
+                        return Err(e);
+                    }
+                    return Ok(Poll::NotYet(format!(
+                        "GET /vm/{vm_uuid}/{vmi}: 404, no IP configuration yet"
+                    )));
+                };
+                ready.push(ip);
+            }
+            Ok(Poll::Ready(std::mem::take(&mut ready)))
+        })
     }
 
     /// The VMIs among `uuids` that the agent reports a host interface for. One quick look, no
@@ -277,22 +298,39 @@ impl Agent {
             .collect()
     }
 
-    /// `POST /vm`: registers the created port, retried within the poll budget.
-    pub fn register(&self, record: &Record) -> Result<()> {
-        let body =
-            serde_json::to_value(record).map_err(|e| Error::new(code::INTERNAL, e.to_string()))?;
+    /// `POST /vm`: registers a port (a state record, the agent's POST body), retried within the
+    /// call's deadline. Registering a VMI again updates its registration.
+    pub fn register(&self, port: &Value) -> Result<()> {
+        let field = |k: &str| port.get(k).and_then(Value::as_str).unwrap_or("?");
         self.poll(
             &format!(
                 "the agent to accept port {} of VMI {}",
-                record.host_ifname, record.vmi_uuid
+                field("host-ifname"),
+                field("vmi-uuid")
             ),
             |agent, t| {
-                Ok(match agent.request("POST", "/vm", Some(&body), t)? {
+                Ok(match agent.request("POST", "/vm", Some(port), t)? {
                     Some(_) => Poll::Ready(()),
                     None => Poll::NotYet("POST /vm: 404".into()),
                 })
             },
         )
+    }
+
+    /// Makes the agent's registrations for pod `vm_uuid` exactly `ports`. The agent has no
+    /// per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the ones that
+    /// stay are registered again. Both retried within the call's deadline.
+    pub fn resync(&self, vm_uuid: &str, ports: &[Value]) -> Result<()> {
+        let path = format!("/vm/{vm_uuid}");
+        self.poll(
+            &format!("the agent to drop the ports of pod {vm_uuid}"),
+            |agent, t| {
+                agent.request("DELETE", &path, None, t)?;
+                Ok(Poll::Ready(()))
+            },
+        )?;
+        crate::crash::point("deregistered");
+        ports.iter().try_for_each(|p| self.register(p))
     }
 
     /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an
@@ -314,11 +352,5 @@ impl Agent {
                 format!("vRouter agent at {} is unreachable: {e}", self.base),
             )),
         }
-    }
-
-    /// `DELETE /vm/<vm-uuid>`: removes every port of the pod from the agent. One try.
-    pub fn unregister_pod(&self, vm_uuid: &str) -> Result<()> {
-        self.request("DELETE", &format!("/vm/{vm_uuid}"), None, self.poll_timeout)
-            .map(|_| ())
     }
 }

@@ -1,6 +1,11 @@
 //! The attachment engine: everything about one VMI's interface, from its state record to its
-//! veth and its registration with the agent. Plugin mode runs it once per invocation; thick
-//! mode once per VMI of the pod.
+//! veth and its registration with the agent. Plugin mode runs it for the one attachment of a
+//! call; thick mode for every VMI of the pod.
+//!
+//! The agent's order: the claim is recorded, the veth created, the port registered
+//! (`POST /vm`), and only then does the agent have an IP configuration to give. Registrations
+//! cannot be undone one VMI at a time, so the pod's registrations are kept equal to its state
+//! files: whatever removes a file re-registers the files that stay ([`release`]).
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -21,10 +26,27 @@ pub fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(format!("{what}: {e}"))
 }
 
-/// Takes the pod's state lock (see [`PodDir::lock`]).
-pub fn lock(conf: &NetConf, vm_name: &str) -> Result<PodDir> {
+/// Takes the pod's state lock (see [`PodDir::lock`]) and first finishes a resync that an
+/// earlier call left pending (it was killed, or the agent did not answer it).
+pub fn open_pod(agent: &Agent, conf: &NetConf, vm_name: &str) -> Result<PodDir> {
     let dir = &conf.contrail.config_dir;
-    PodDir::lock(dir, vm_name).map_err(io_err("locking pod state in", &dir.join(vm_name)))
+    let pod =
+        PodDir::lock(dir, vm_name).map_err(io_err("locking pod state in", &dir.join(vm_name)))?;
+    match pod.resync_pending() {
+        Ok(Some(vm_uuid)) => {
+            log::info!("pod {vm_name}: finishing an interrupted deregistration");
+            settle(agent, &pod, &vm_uuid);
+        }
+        Ok(None) => {}
+        Err(e) => log::warn!("pod {vm_name}: reading its resync marker: {e}"),
+    }
+    Ok(pod)
+}
+
+/// Ends a critical section on the pod: the directory goes when nothing is left in it.
+pub fn close(pod: PodDir) -> Result<()> {
+    let path = pod.path().to_path_buf();
+    pod.close().map_err(io_err("removing", &path))
 }
 
 pub fn open_netns(path: &str) -> Result<Netns> {
@@ -81,6 +103,11 @@ pub fn record(env: &Env, vm_name: &str, vmi: &Vmi, ifname: &str, default_gw: boo
     }
 }
 
+/// The registration body of a record.
+pub fn port(record: &Record) -> Result<serde_json::Value> {
+    serde_json::to_value(record).map_err(|e| Error::new(code::INTERNAL, e.to_string()))
+}
+
 fn plan<'a>(conf: &NetConf, record: &'a Record, ip: &'a IpConfig) -> Plan<'a> {
     Plan {
         host_ifname: &record.host_ifname,
@@ -94,30 +121,83 @@ fn plan<'a>(conf: &NetConf, record: &'a Record, ip: &'a IpConfig) -> Plan<'a> {
     }
 }
 
-/// Brings a claimed attachment up: waits for its IP config, creates and configures the
-/// interface, registers the port. On failure nothing of the interface is left; the claim is
-/// the caller's to release.
+/// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:
+/// another attachment owns that name.
+pub fn check_free(nl: &Netlink, netns: &Netns, ifnames: &[&str]) -> Result<()> {
+    let ctr = nl.open(netns).map_err(link_err)?;
+    for name in ifnames {
+        if ctr.link(name).map_err(link_err)?.is_some() {
+            return Err(Error::new(
+                code::INTERFACE,
+                format!(
+                    "interface {name} already exists in {}; another attachment owns that name",
+                    netns.path().display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Brings claimed attachments up, in the agent's order: every veth (with the VMI's MAC and the
+/// MTU), every registration, then the wait for the IP configuration (which the agent only has
+/// for a registered port), then addresses and routes. One outcome per record. On failure no
+/// interface of the records is left; claims and registrations are the caller's to release.
 pub fn bring_up(
     agent: &Agent,
     conf: &NetConf,
     nl: &Netlink,
     netns: &Netns,
-    record: &Record,
-) -> Result<Outcome> {
-    let ip = agent.wait_for_ip(&record.vm_uuid, &record.vmi_uuid)?;
-    crate::crash::point("ip");
-    let outcome = setup(nl, netns, &plan(conf, record, &ip))?;
-    agent.register(record).inspect_err(|_| {
-        if let Err(e) = teardown(nl, &record.host_ifname) {
-            log::warn!("rollback: {e}");
+    records: &[Record],
+) -> Result<Vec<Outcome>> {
+    let host = nl.host().map_err(link_err)?;
+    let ctr = nl.open(netns).map_err(link_err)?;
+    let mut created = Vec::new();
+    let result = (|| {
+        for r in records {
+            create_veth(&host, conf.contrail.mtu, r, netns)?;
+            created.push(r.host_ifname.as_str());
         }
-    })?;
-    crate::crash::point("registered");
-    Ok(outcome)
+        crate::crash::point("veth");
+        for r in records {
+            agent.register(&port(r)?)?;
+        }
+        crate::crash::point("registered");
+        let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
+        let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
+        // A DEL of the attachment meanwhile (a runtime that gave up) removed its record and
+        // its registration: then no IP configuration will come.
+        let abandoned = || {
+            let gone = records
+                .iter()
+                .find(|r| !state::exists(&conf.contrail.config_dir, r))?;
+            Some(Error::new(
+                code::INTERFACE,
+                format!("{} was deleted while it was being added", gone.ifname),
+            ))
+        };
+        let ips = agent.wait_for_ips(vm_uuid, &uuids, abandoned)?;
+        crate::crash::point("ip");
+        let outcomes = records
+            .iter()
+            .zip(&ips)
+            .map(|(r, ip)| configure(&host, &ctr, &plan(conf, r, ip)))
+            .collect::<Result<Vec<_>>>()?;
+        crate::crash::point("addressed");
+        Ok(outcomes)
+    })();
+    if result.is_err() {
+        for name in created {
+            if let Err(e) = host.delete_link(name) {
+                log::warn!("rollback: could not delete {name}: {e}");
+            }
+        }
+    }
+    result
 }
 
-/// CHECK of one attachment: the agent still has the port under our host name, and the
-/// interfaces are as [`bring_up`] left them.
+/// CHECK of one attachment: the agent still has the port under our host name with its IP
+/// configuration, and the interfaces are as [`bring_up`] left them.
 pub fn verify(
     agent: &Agent,
     conf: &NetConf,
@@ -134,8 +214,9 @@ pub fn verify(
         )?
         .ok_or_else(|| {
             fail(format!(
-                "the agent no longer has VMI {} of pod {}",
-                record.vmi_uuid, record.vm_name
+                "the agent has no IP configuration for VMI {} of pod {}, which this node \
+                 registered as {}: the agent lost the port or its network has no IPAM",
+                record.vmi_uuid, record.vm_name, record.host_ifname
             ))
         })?;
     if ip.registered_as.as_deref() != Some(record.host_ifname.as_str()) {
@@ -149,28 +230,50 @@ pub fn verify(
     check(nl, netns, &plan(conf, record, &ip))
 }
 
-/// Removes records from the (locked) pod directory; when no attachment of the pod is left,
-/// deregisters the pod from the agent (best effort: the agent has no per-VMI delete) and
-/// removes the directory.
-pub fn forget(agent: &Agent, dir: PodDir, gone: &[Record]) -> Result<()> {
+/// Removes records from the (locked) pod directory and brings the agent in line: the marker
+/// first, so that a registration is never left without a file that explains it, then the
+/// files, then [`settle`]. The agent part is best effort: when it fails, the marker stays and
+/// the next call for the pod, or GC, finishes it.
+pub fn release(agent: &Agent, pod: &PodDir, gone: &[Record]) -> Result<()> {
+    let Some(first) = gone.first() else {
+        return Ok(());
+    };
+    pod.mark_resync(&first.vm_uuid)
+        .map_err(io_err("writing state in", pod.path()))?;
+    crate::crash::point("marked");
     for r in gone {
-        dir.remove(&r.vmi_uuid)
-            .map_err(io_err("removing state in", dir.path()))?;
+        pod.remove(&r.vmi_uuid)
+            .map_err(io_err("removing state in", pod.path()))?;
     }
-    let (records, unreadable) = dir.records().map_err(io_err("reading", dir.path()))?;
-    if let (true, true, Some(any)) = (records.is_empty(), unreadable.is_empty(), gone.first()) {
-        if let Err(e) = agent.unregister_pod(&any.vm_uuid) {
-            log::warn!("pod {} left registered with the agent: {e}", any.vm_name);
-        }
-        let path = dir.path().to_path_buf();
-        dir.remove_if_empty().map_err(io_err("removing", &path))?;
-    }
+    crate::crash::point("forgotten");
+    settle(agent, pod, &first.vm_uuid);
     Ok(())
 }
 
+/// Makes the agent's registrations for the pod exactly its files' (see [`Agent::resync`]) and
+/// clears the marker; on failure the marker stays.
+fn settle(agent: &Agent, pod: &PodDir, vm_uuid: &str) {
+    let ports = pod.ports().map_err(io_err("reading", pod.path()));
+    let done = ports
+        .and_then(|ports| agent.resync(vm_uuid, &ports))
+        .and_then(|()| {
+            pod.clear_resync()
+                .map_err(io_err("removing the resync marker in", pod.path()))
+        });
+    if let Err(e) = done {
+        log::warn!(
+            "pod {} left registered with the agent beyond its attachments; the next call for \
+             the pod or GC retries: {e}",
+            pod.path().display()
+        );
+    }
+}
+
 /// Undoes claims after a failed ADD. Errors are logged: the caller is already failing.
-pub fn release(agent: &Agent, conf: &NetConf, vm_name: &str, gone: &[Record]) {
-    if let Err(e) = lock(conf, vm_name).and_then(|dir| forget(agent, dir, gone)) {
+pub fn undo(agent: &Agent, conf: &NetConf, vm_name: &str, gone: &[Record]) {
+    let done = open_pod(agent, conf, vm_name)
+        .and_then(|pod| release(agent, &pod, gone).and_then(|()| close(pod)));
+    if let Err(e) = done {
         log::warn!("rollback of the claims of pod {vm_name}: {e}");
     }
 }
@@ -249,70 +352,76 @@ fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
     (on_link, default)
 }
 
-/// Creates and configures the interface. On failure it removes the veth it created, so the
-/// caller only has its own bookkeeping to undo.
-fn setup(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<Outcome> {
-    check_mtu(plan)?;
-    let host = nl.host().map_err(link_err)?;
-    let ctr = nl.open(netns).map_err(link_err)?;
-    if ctr.link(plan.ifname).map_err(link_err)?.is_some() {
-        return Err(Error::new(
-            code::INTERFACE,
-            format!(
-                "interface {} already exists in {}; another attachment owns that name",
-                plan.ifname, plan.netns_path
-            ),
-        ));
-    }
-    create_veth(&host, plan, netns)?;
-    crate::crash::point("veth");
-    configure(&host, &ctr, plan).inspect_err(|_| {
-        if let Err(e) = host.delete_link(plan.host_ifname) {
-            log::warn!("rollback: could not delete {}: {e}", plan.host_ifname);
-        }
-    })
-}
-
-fn create_veth(host: &Socket, plan: &Plan, netns: &Netns) -> Result<()> {
+/// Creates the VMI's veth: the host end by its derived name, the container end directly in the
+/// pod's netns with the VMI's MAC; both up.
+fn create_veth(host: &Socket, mtu: u32, record: &Record, netns: &Netns) -> Result<()> {
+    let mac = Mac::parse(&record.mac).ok_or_else(|| {
+        Error::new(
+            code::INTERNAL,
+            format!("state record of VMI {} has no MAC", record.vmi_uuid),
+        )
+    })?;
     let host_end = VethEnd {
-        name: plan.host_ifname,
+        name: &record.host_ifname,
         mac: None,
-        mtu: plan.mtu,
+        mtu,
     };
     let peer = VethEnd {
-        name: plan.ifname,
-        mac: Some(plan.mac.0),
-        mtu: plan.mtu,
+        name: &record.ifname,
+        mac: Some(mac.0),
+        mtu,
     };
     match host.create_veth(&host_end, &peer, netns) {
         // The host name is derived from the VMI we now hold: whatever holds it is a leftover
         // of an earlier sandbox or a crashed ADD whose DEL never came. Replace it.
         Err(e) if e.is_exists() => {
-            log::info!("replacing leftover host interface {}", plan.host_ifname);
-            host.delete_link(plan.host_ifname).map_err(link_err)?;
+            log::info!("replacing leftover host interface {}", record.host_ifname);
+            host.delete_link(&record.host_ifname).map_err(link_err)?;
             host.create_veth(&host_end, &peer, netns).map_err(link_err)
         }
         other => other.map_err(link_err),
+    }?;
+    let up = host
+        .link(&record.host_ifname)
+        .map_err(link_err)?
+        .map(|l| host.set_up(l.index));
+    match up {
+        Some(r) => r.map_err(link_err),
+        None => Err(vanished(&record.host_ifname)),
     }
 }
 
+fn vanished(name: &str) -> Error {
+    Error::new(
+        code::INTERFACE,
+        format!("interface {name} vanished right after creation"),
+    )
+}
+
+/// Configures a created, registered interface with the agent's IP configuration: container
+/// end up, addresses, routes; the outcome for the result.
 fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
-    let missing = |name: &str| {
-        Error::new(
-            code::INTERFACE,
-            format!("interface {name} vanished right after creation"),
-        )
-    };
+    check_mtu(plan)?;
     let link = ctr
         .link(plan.ifname)
         .map_err(link_err)?
-        .ok_or_else(|| missing(plan.ifname))?;
+        .ok_or_else(|| vanished(plan.ifname))?;
     ctr.set_up(link.index).map_err(link_err)?;
     let addresses = plan.ip.addresses();
     for addr in &addresses {
         ctr.add_addr(link.index, *addr).map_err(link_err)?;
     }
     let (on_link, mut default) = routes(plan);
+    // A network attached twice has one gateway for both interfaces: each gets its own host
+    // route to it, appended next to the other's rather than refused as a duplicate.
+    for r in &on_link {
+        ctr.append_route(&Route {
+            dst: r.dst,
+            gateway: None,
+            oif: Some(link.index),
+        })
+        .map_err(link_err)?;
+    }
     // Another plugin's interface (the cluster network under CNI-Genie, say) may already carry
     // the pod's default route: it stays theirs, and ours is left out of the result.
     let mut taken = Vec::new();
@@ -327,7 +436,7 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
         }
     }
     default.retain(|r| !taken.contains(&r.dst));
-    for r in on_link.iter().chain(&default) {
+    for r in &default {
         ctr.add_route(&Route {
             dst: r.dst,
             gateway: r.gw,
@@ -335,13 +444,10 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
         })
         .map_err(link_err)?;
     }
-    crate::crash::point("addressed");
     let host_link = host
         .link(plan.host_ifname)
         .map_err(link_err)?
-        .ok_or_else(|| missing(plan.host_ifname))?;
-    host.set_up(host_link.index).map_err(link_err)?;
-
+        .ok_or_else(|| vanished(plan.host_ifname))?;
     let ips = addresses
         .iter()
         .map(|a| cni::IpConfig {
@@ -417,7 +523,24 @@ fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
             )));
         }
     }
-    let (_, default) = routes(plan);
+    let (on_link, default) = routes(plan);
+    if !on_link.is_empty() {
+        let have = ctr.routes(false).map_err(link_err)?;
+        let have6 = ctr.routes(true).map_err(link_err)?;
+        for want in &on_link {
+            let found = have
+                .iter()
+                .chain(&have6)
+                .any(|r| r.dst == want.dst && r.gateway.is_none() && r.oif == Some(link.index));
+            if !found {
+                return Err(fail(format!(
+                    "the route to gateway {} on {} is missing",
+                    want.dst.ip(),
+                    plan.ifname
+                )));
+            }
+        }
+    }
     for want in default {
         let routes = ctr.routes(want.dst.is_ipv6()).map_err(link_err)?;
         let ours = routes

@@ -31,7 +31,8 @@ pub struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentView {
     Registered(String),
-    Unknown,
+    /// 404: not registered, or registered without IPAM; either way no IP configuration.
+    NoIpConfig,
     Unreachable,
 }
 
@@ -49,7 +50,7 @@ pub fn health(record: &Record, o: &Observed) -> String {
     match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
         (false, _, _) => "stale sandbox".into(),
         (_, false, _) => "interface missing".into(),
-        (_, _, AgentView::Unknown) => "agent does not know it".into(),
+        (_, _, AgentView::NoIpConfig) => "agent has no IP configuration for it".into(),
         (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
             format!("agent has it as {h}")
         }
@@ -104,8 +105,8 @@ fn observe(
     let agent_view = match agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.contrail.poll_timeout) {
         Ok(Some(ip)) => ip
             .registered_as
-            .map_or(AgentView::Unknown, AgentView::Registered),
-        Ok(None) => AgentView::Unknown,
+            .map_or(AgentView::NoIpConfig, AgentView::Registered),
+        Ok(None) => AgentView::NoIpConfig,
         Err(_) => AgentView::Unreachable,
     };
     let (mac, addrs) = match &link {
@@ -154,6 +155,13 @@ pub fn rows(conf: &NetConf) -> Result<Vec<Row>, String> {
     for pod in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let (mut found, bad) = state::read_records(&pod.path())
             .map_err(|e| format!("{}: {e}", pod.path().display()))?;
+        if state::resync_pending(&pod.path()).is_some() {
+            rows.push(Row {
+                pod: pod.file_name().to_string_lossy().into_owned(),
+                health: "deregistration pending".into(),
+                ..Row::default()
+            });
+        }
         for u in bad {
             rows.push(Row {
                 pod: pod.file_name().to_string_lossy().into_owned(),
@@ -307,13 +315,13 @@ mod tests {
         let ours = || AgentView::Registered("tap000000000001".into());
         assert_eq!(health(&r, &seen(true, true, ours())), "ok");
         assert_eq!(
-            health(&r, &seen(false, false, AgentView::Unknown)),
+            health(&r, &seen(false, false, AgentView::NoIpConfig)),
             "stale sandbox"
         );
         assert_eq!(health(&r, &seen(true, false, ours())), "interface missing");
         assert_eq!(
-            health(&r, &seen(true, true, AgentView::Unknown)),
-            "agent does not know it"
+            health(&r, &seen(true, true, AgentView::NoIpConfig)),
+            "agent has no IP configuration for it"
         );
         assert_eq!(
             health(

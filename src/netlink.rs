@@ -15,10 +15,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
 use nix::sched::{CloneFlags, setns};
-use rtnetlink::packet_core::{ErrorMessage, NlasIterator};
+use rtnetlink::packet_core::{
+    ErrorMessage, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage,
+    NetlinkPayload, NlasIterator,
+};
+use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use rtnetlink::packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
@@ -59,6 +63,10 @@ impl Netns {
             file,
             path: path.to_path_buf(),
         })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 
@@ -294,30 +302,31 @@ impl Socket<'_> {
     }
 
     /// Route with gateway, or on-link (scope link, no gateway) when gateway
-    /// is None. Main table.
+    /// is None. Main table. Fails with EEXIST when the destination has a
+    /// route already, on any interface.
     pub fn add_route(&self, route: &Route) -> Result<(), Error> {
-        let via = route
-            .gateway
-            .map_or(String::new(), |gw| format!(" via {gw}"));
-        let dev = route
-            .oif
-            .map_or(String::new(), |oif| format!(" dev #{oif}"));
-        let op = format!("add route {}{via}{dev}", route.dst);
-        // The kernel rejects host bits in a destination; CNI configs carry
-        // routes as networks (Go's ParseCIDR masks them), so mask the same way.
-        let mut builder = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(route.dst.network(), route.dst.prefix())
-            .map_err(|e| Error::invalid(op.clone(), e.to_string()))?;
-        if let Some(oif) = route.oif {
-            builder = builder.output_interface(oif);
-        }
-        builder = match route.gateway {
-            Some(gateway) => builder
-                .gateway(gateway)
-                .map_err(|e| Error::invalid(op.clone(), e.to_string()))?,
-            None => builder.scope(RouteScope::Link),
+        let (op, message) = route_message("add", route)?;
+        self.run(op, self.handle.route().add(message).execute())
+    }
+
+    /// Like [`Socket::add_route`], but a route to the same destination on
+    /// another interface is kept beside this one (`NLM_F_APPEND`, as the
+    /// kernel adds connected routes); only the same route twice is EEXIST.
+    pub fn append_route(&self, route: &Route) -> Result<(), Error> {
+        let (op, message) = route_message("append", route)?;
+        let mut request = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(message));
+        request.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
+        let mut handle = self.handle.clone();
+        let acked = async move {
+            let mut replies = handle.request(request)?;
+            while let Some(reply) = replies.next().await {
+                if let NetlinkPayload::Error(e) = reply.payload {
+                    return Err(rtnetlink::Error::NetlinkError(e));
+                }
+            }
+            Ok(())
         };
-        self.run(op, self.handle.route().add(builder.build()).execute())
+        self.run(op, acked)
     }
 
     /// Main-table unicast routes of one family (v4 when `v6` is false) in
@@ -354,6 +363,32 @@ impl Socket<'_> {
     ) -> Result<T, Error> {
         self.rt.block_on(request).map_err(|e| Error::netlink(op, e))
     }
+}
+
+/// The message for a route, and the operation's name for errors.
+fn route_message(verb: &str, route: &Route) -> Result<(String, RouteMessage), Error> {
+    let via = route
+        .gateway
+        .map_or(String::new(), |gw| format!(" via {gw}"));
+    let dev = route
+        .oif
+        .map_or(String::new(), |oif| format!(" dev #{oif}"));
+    let op = format!("{verb} route {}{via}{dev}", route.dst);
+    // The kernel rejects host bits in a destination; CNI configs carry
+    // routes as networks (Go's ParseCIDR masks them), so mask the same way.
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(route.dst.network(), route.dst.prefix())
+        .map_err(|e| Error::invalid(op.clone(), e.to_string()))?;
+    if let Some(oif) = route.oif {
+        builder = builder.output_interface(oif);
+    }
+    builder = match route.gateway {
+        Some(gateway) => builder
+            .gateway(gateway)
+            .map_err(|e| Error::invalid(op.clone(), e.to_string()))?,
+        None => builder.scope(RouteScope::Link),
+    };
+    Ok((op, builder.build()))
 }
 
 fn veth_end<T>(builder: LinkMessageBuilder<T>, end: &VethEnd) -> LinkMessageBuilder<T> {

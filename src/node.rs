@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fs;
 
 use crate::agent::Agent;
-use crate::attach::{self, io_err, lock};
+use crate::attach::{self, io_err};
 use crate::cni::{Error, Result, code};
 use crate::config::NetConf;
 use crate::state::STATE_VERSION;
@@ -39,7 +39,7 @@ pub fn gc(conf: &NetConf) -> Result<()> {
         let Some(vm_name) = pod.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        let result = lock(conf, &vm_name).and_then(|pod_dir| {
+        let result = attach::open_pod(&agent, conf, &vm_name).and_then(|pod_dir| {
             let (records, _) = pod_dir
                 .records()
                 .map_err(io_err("reading", pod_dir.path()))?;
@@ -50,7 +50,7 @@ pub fn gc(conf: &NetConf) -> Result<()> {
                 })
                 .collect();
             if stale.is_empty() {
-                return Ok(0);
+                return attach::close(pod_dir).map(|()| 0);
             }
             for r in &stale {
                 log::info!(
@@ -60,7 +60,8 @@ pub fn gc(conf: &NetConf) -> Result<()> {
                 );
                 attach::teardown(&nl, &r.host_ifname)?;
             }
-            attach::forget(&agent, pod_dir, &stale).map(|()| stale.len())
+            attach::release(&agent, &pod_dir, &stale)?;
+            attach::close(pod_dir).map(|()| stale.len())
         });
         match result {
             Ok(n) => released += n,

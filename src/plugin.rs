@@ -2,7 +2,7 @@
 //! meta-plugin asked for. Each is a flat pipeline: identify, resolve, act, answer.
 
 use crate::agent::Agent;
-use crate::attach::{self, io_err, lock};
+use crate::attach::{self, io_err};
 use crate::cni::{Env, Error, Outcome, Result, code};
 use crate::config::NetConf;
 use crate::pod::Pod;
@@ -36,14 +36,17 @@ fn warn_about_requests(conf: &NetConf, env: &Env) {
 /// never take the same VMI, and a crash after this point leaves a record DEL can act on.
 /// Returns the record, and whether this call made the claim (false when this (container id,
 /// ifname) held it already: a rollback then leaves it, as it belongs to an earlier ADD).
+/// `check_free` runs before a new claim is written; a held one is an earlier, interrupted ADD
+/// of this attachment, whose interface the new one replaces.
 fn claim(
+    agent: &Agent,
     conf: &NetConf,
     env: &Env,
     vm_name: &str,
     vmis: &[Vmi],
-    registered: &[String],
+    check_free: impl FnOnce() -> Result<()>,
 ) -> Result<(Record, bool)> {
-    let dir = lock(conf, vm_name)?;
+    let dir = attach::open_pod(agent, conf, vm_name)?;
     let (records, unreadable) = dir.records().map_err(io_err("reading", dir.path()))?;
     for u in &unreadable {
         log::warn!(
@@ -57,13 +60,29 @@ fn claim(
         .map(Record::claim)
         .chain(unreadable.iter().map(|u| u.claim()))
         .collect();
+    // Only a network attached more than once needs the agent's view to tell VMIs apart. Asked
+    // under the lock, after open_pod settled the pod, so that it matches the files.
+    let on_network: Vec<&str> = vmis
+        .iter()
+        .filter(|v| v.network == conf.network)
+        .map(|v| v.uuid.as_str())
+        .collect();
+    let registered = match on_network.len() {
+        0 | 1 => Vec::new(),
+        _ => agent.registered(&vmis[0].vm_uuid, &on_network),
+    };
     let at = Attachment {
         network: &conf.network,
         container_id: &env.container_id,
         ifname: &env.ifname,
     };
-    let vmi = vmi::resolve(at, vmis, &claims, registered)
-        .map_err(|why| unresolved(&conf.network, vm_name, why))?;
+    let vmi = match vmi::resolve(at, vmis, &claims, &registered) {
+        Ok(vmi) => vmi,
+        Err(why) => {
+            attach::close(dir)?;
+            return Err(unresolved(&conf.network, vm_name, why));
+        }
+    };
     log::debug!(
         "{} resolved to VMI {} (index {})",
         env.ifname,
@@ -73,6 +92,12 @@ fn claim(
     let fresh = !records
         .iter()
         .any(|r| r.vmi_uuid == vmi.uuid && r.is(&env.container_id, &env.ifname));
+    if fresh {
+        if let Err(e) = check_free() {
+            attach::close(dir)?;
+            return Err(e);
+        }
+    }
     if let Some(old) = records
         .iter()
         .find(|r| r.vmi_uuid == vmi.uuid && r.container_id != env.container_id)
@@ -109,38 +134,33 @@ fn unresolved(network: &str, vm_name: &str, why: Unresolved) -> Error {
 pub fn add(env: &Env, conf: &NetConf, pod: &Pod) -> Result<Outcome> {
     warn_about_requests(conf, env);
     let netns = attach::open_netns(&env.netns)?;
+    let nl = attach::netlink()?;
     let agent = Agent::new(&conf.contrail);
     let vm_name = pod.vm_name(&conf.contrail.cluster_name);
     let vmis = agent.wait_for_pod(&vm_name)?;
-    // Only a network attached more than once needs the agent's view to tell VMIs apart.
-    let on_network: Vec<&str> = vmis
-        .iter()
-        .filter(|v| v.network == conf.network)
-        .map(|v| v.uuid.as_str())
-        .collect();
-    let registered = match on_network.len() {
-        0 | 1 => Vec::new(),
-        _ => agent.registered(&vmis[0].vm_uuid, &on_network),
-    };
-    let (record, fresh) = claim(conf, env, &vm_name, &vmis, &registered)?;
+    let check_free = || attach::check_free(&nl, &netns, &[&env.ifname]);
+    let (record, fresh) = claim(&agent, conf, env, &vm_name, &vmis, check_free)?;
     crate::crash::point("claimed");
-    let nl = attach::netlink()?;
-    let outcome = attach::bring_up(&agent, conf, &nl, &netns, &record).inspect_err(|e| {
-        log::warn!("ADD of {} failed, rolling back: {e}", env.ifname);
-        if fresh {
-            attach::release(&agent, conf, &vm_name, std::slice::from_ref(&record));
+    let records = std::slice::from_ref(&record);
+    let outcome = match attach::bring_up(&agent, conf, &nl, &netns, records) {
+        Ok(mut outcomes) => outcomes.remove(0),
+        Err(e) => {
+            log::warn!("ADD of {} failed, rolling back: {e}", env.ifname);
+            if fresh {
+                attach::undo(&agent, conf, &vm_name, records);
+            }
+            return Err(e);
         }
-    })?;
+    };
     // A runtime that gave up on this ADD may have sent DEL meanwhile, which removed the claim:
     // then undo what was just built rather than leave an interface no record knows.
-    let (held, _) = {
-        let dir = lock(conf, &vm_name)?;
-        dir.records().map_err(io_err("reading", dir.path()))?
-    };
+    let dir = attach::open_pod(&agent, conf, &vm_name)?;
+    let (held, _) = dir.records().map_err(io_err("reading", dir.path()))?;
     if !held.contains(&record) {
         attach::teardown(&nl, &record.host_ifname)?;
         // Our POST may have come after that DEL's deregistration.
-        attach::release(&agent, conf, &vm_name, std::slice::from_ref(&record));
+        attach::release(&agent, &dir, records)?;
+        attach::close(dir)?;
         return Err(Error::new(
             code::INTERFACE,
             format!(
@@ -158,18 +178,19 @@ pub fn del(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
     let Some(vm_name) = attach::locate(conf, env, pod, Some(&env.ifname))? else {
         return Ok(());
     };
-    let dir = lock(conf, &vm_name)?;
+    let agent = Agent::new(&conf.contrail);
+    let dir = attach::open_pod(&agent, conf, &vm_name)?;
     let (records, _) = dir.records().map_err(io_err("reading", dir.path()))?;
-    let Some(record) = records
+    if let Some(record) = records
         .into_iter()
         .find(|r| r.is(&env.container_id, &env.ifname))
-    else {
-        return Ok(());
-    };
-    crate::logging::note_vmi(&record.vmi_uuid);
-    attach::teardown(&attach::netlink()?, &record.host_ifname)?;
-    crate::crash::point("unlinked");
-    attach::forget(&Agent::new(&conf.contrail), dir, &[record])
+    {
+        crate::logging::note_vmi(&record.vmi_uuid);
+        attach::teardown(&attach::netlink()?, &record.host_ifname)?;
+        crate::crash::point("unlinked");
+        attach::release(&agent, &dir, &[record])?;
+    }
+    attach::close(dir)
 }
 
 /// CHECK: the interface, its MAC, addresses and default route are as ADD left them, and the
@@ -185,15 +206,16 @@ pub fn check(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
         )
     };
     let vm_name = attach::locate(conf, env, pod, Some(&env.ifname))?.ok_or_else(missing)?;
+    let agent = Agent::new(&conf.contrail);
     let record = {
-        let dir = lock(conf, &vm_name)?;
+        let dir = attach::open_pod(&agent, conf, &vm_name)?;
         let (records, _) = dir.records().map_err(io_err("reading", dir.path()))?;
+        attach::close(dir)?;
         records
             .into_iter()
             .find(|r| r.is(&env.container_id, &env.ifname))
             .ok_or_else(missing)?
     };
-    let agent = Agent::new(&conf.contrail);
     attach::verify(
         &agent,
         conf,

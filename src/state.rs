@@ -1,5 +1,6 @@
 //! Local state: one file per attachment in `config-dir/<vm-name>/<vmi-uuid>`, in the agent's
-//! POST /vm body format so the agent can re-register it on restart, and a per-pod lock.
+//! POST /vm body format so the agent can re-register it on restart, a per-pod lock, and a
+//! marker for a pod whose registrations with the agent are not yet in line with its files.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
@@ -14,6 +15,9 @@ use crate::vmi::{Claim, valid_uuid};
 /// Written into every state file, so a later format can tell ours apart.
 pub const STATE_VERSION: &str = "1";
 const LOCK_NAME: &str = ".lock";
+/// Present while the agent may hold registrations of the pod that its files no longer
+/// explain (a released attachment not yet deregistered); holds the pod's vm-uuid.
+const RESYNC_NAME: &str = ".resync";
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
 /// the agent tolerates extra keys, and files the agent wrote itself lack ours.
@@ -82,6 +86,9 @@ pub struct Unreadable {
     pub path: PathBuf,
     pub vmi_uuid: String,
     pub why: String,
+    /// The file as the agent reads it on restart, when it is a JSON object for this VMI (a
+    /// future version's file, say): it stays registered when the pod is re-registered.
+    pub port: Option<serde_json::Value>,
 }
 
 impl Unreadable {
@@ -144,19 +151,55 @@ impl PodDir {
         read_records(&self.path)
     }
 
-    /// Writes a record atomically: temp file, fsync, rename. Readers never see half a file.
+    /// Writes a record atomically (see [`PodDir::put`]).
     pub fn write(&self, record: &Record) -> io::Result<()> {
-        let tmp = self.path.join(format!(".{}.tmp", record.vmi_uuid));
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        self.put(&record.vmi_uuid, &body)
+    }
+
+    /// Writes a file atomically: temp file, fsync, rename. Readers never see half a file.
+    fn put(&self, name: &str, body: &[u8]) -> io::Result<()> {
+        let tmp = self.path.join(format!(".{name}.tmp"));
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(&body)?;
+        f.write_all(body)?;
         f.sync_all()?;
-        fs::rename(&tmp, self.path.join(&record.vmi_uuid))
+        fs::rename(&tmp, self.path.join(name))
+    }
+
+    /// Records that the agent's registrations for pod `vm_uuid` must be brought in line with
+    /// the files, before any file that explains a registration goes.
+    pub fn mark_resync(&self, vm_uuid: &str) -> io::Result<()> {
+        self.put(RESYNC_NAME, vm_uuid.as_bytes())
+    }
+
+    /// The pod's vm-uuid when a resync is pending.
+    pub fn resync_pending(&self) -> io::Result<Option<String>> {
+        read_resync(&self.path)
+    }
+
+    pub fn clear_resync(&self) -> io::Result<()> {
+        match fs::remove_file(self.path.join(RESYNC_NAME)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The registration bodies of the pod's attachments, as the agent would reload them: every
+    /// record, and every unreadable file that is still a port of this VMI.
+    pub fn ports(&self) -> io::Result<Vec<serde_json::Value>> {
+        let (records, unreadable) = self.records()?;
+        let mut ports = records
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(io::Error::other)?;
+        ports.extend(unreadable.into_iter().filter_map(|u| u.port));
+        Ok(ports)
     }
 
     /// Removes one attachment's file; `Ok(false)` when it was already gone.
@@ -166,6 +209,12 @@ impl PodDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Ends the critical section: removes the directory when nothing but the lock is left in
+    /// it (no attachment, no pending resync), so that no call leaves an empty pod behind.
+    pub fn close(self) -> io::Result<()> {
+        self.remove_if_empty().map(drop)
     }
 
     /// Removes the directory when no attachment file is left; the lock goes with it.
@@ -186,6 +235,19 @@ impl PodDir {
     }
 }
 
+fn read_resync(pod_dir: &Path) -> io::Result<Option<String>> {
+    match fs::read_to_string(pod_dir.join(RESYNC_NAME)) {
+        Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| valid_uuid(s))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pod's vm-uuid when its directory holds a pending resync (for reports; unlocked).
+pub fn resync_pending(pod_dir: &Path) -> Option<String> {
+    read_resync(pod_dir).ok().flatten()
+}
+
 pub fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
     let mut records = Vec::new();
     let mut bad = Vec::new();
@@ -201,9 +263,10 @@ pub fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
             continue;
         };
         let path = entry.path();
-        let parsed = fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
+        let bytes = fs::read(&path).map_err(|e| e.to_string());
+        let parsed = bytes.as_ref().map_err(Clone::clone).and_then(|b| {
             let r: Record =
-                serde_json::from_slice(&b).map_err(|e| format!("not a state file: {e}"))?;
+                serde_json::from_slice(b).map_err(|e| format!("not a state file: {e}"))?;
             if r.vmi_uuid != uuid {
                 return Err(format!(
                     "names VMI {} but the file is named {uuid}",
@@ -224,11 +287,23 @@ pub fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
                 path,
                 vmi_uuid: uuid.to_string(),
                 why,
+                port: bytes
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(uuid)),
             }),
         }
     }
     records.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
     Ok((records, bad))
+}
+
+/// Whether the record's file is still in place (unlocked: a hint between polls).
+pub fn exists(config_dir: &Path, record: &Record) -> bool {
+    config_dir
+        .join(&record.vm_name)
+        .join(&record.vmi_uuid)
+        .exists()
 }
 
 /// Finds the pod directory holding an attachment of this container (on `ifname`, or on any

@@ -3,11 +3,11 @@
 //! attachment engine plugin mode runs once per call.
 
 use crate::agent::Agent;
-use crate::attach::{self, io_err, lock};
+use crate::attach::{self, io_err};
 use crate::cni::{Env, Error, Outcome, Result, check_ifname, code};
 use crate::config::NetConf;
 use crate::pod::Pod;
-use crate::state::Record;
+use crate::state::{PodDir, Record};
 use crate::vmi::Vmi;
 
 /// Interface names for the pod's VMIs (sorted by index): the `interface` annotation, else
@@ -53,22 +53,37 @@ pub fn add(env: &Env, conf: &NetConf, pod: &Pod) -> Result<Outcome> {
     let mut vmis: Vec<&Vmi> = all.iter().collect();
     vmis.sort_by_key(|v| v.index);
     let names = names(&vmis, &env.ifname)?;
+    let nl = attach::netlink()?;
     let gw = default_gw(&vmis).map(|v| v.uuid.clone());
 
-    // Every claim first, under one lock: a crash from here on leaves records DEL acts on.
+    // Every claim first, under one lock: a crash from here on leaves records DEL acts on. A
+    // claim this sandbox holds already is an interrupted ADD's, whose interface is replaced;
+    // a new one needs its name free in the pod.
     let (records, fresh) = {
-        let dir = lock(conf, &vm_name)?;
+        let dir = attach::open_pod(&agent, conf, &vm_name)?;
         let (held, _) = dir.records().map_err(io_err("reading", dir.path()))?;
+        let is_new = |v: &Vmi, name: &str| {
+            !held
+                .iter()
+                .any(|h| h.vmi_uuid == v.uuid && h.is(&env.container_id, name))
+        };
+        let new_names: Vec<&str> = vmis
+            .iter()
+            .zip(&names)
+            .filter(|(v, name)| is_new(v, name))
+            .map(|(_, name)| name.as_str())
+            .collect();
+        if let Err(e) = attach::check_free(&nl, &netns, &new_names) {
+            attach::close(dir)?;
+            return Err(e);
+        }
         let mut records = Vec::new();
         let mut fresh = Vec::new();
         for (v, name) in vmis.iter().zip(&names) {
             let record = attach::record(env, &vm_name, v, name, gw.as_ref() == Some(&v.uuid));
             dir.write(&record)
                 .map_err(io_err("writing state in", dir.path()))?;
-            if !held
-                .iter()
-                .any(|h| h.vmi_uuid == v.uuid && h.is(&env.container_id, name))
-            {
+            if is_new(v, name) {
                 fresh.push(record.clone());
             }
             records.push(record);
@@ -76,35 +91,23 @@ pub fn add(env: &Env, conf: &NetConf, pod: &Pod) -> Result<Outcome> {
         (records, fresh)
     };
     crate::crash::point("claimed");
-    let nl = attach::netlink()?;
-    let mut first = None;
-    for (i, record) in records.iter().enumerate() {
-        match attach::bring_up(&agent, conf, &nl, &netns, record) {
-            Ok(outcome) => {
-                // The runtime knows only the first interface: the result describes it alone.
-                first.get_or_insert(outcome);
-            }
-            Err(e) => {
-                log::warn!(
-                    "thick ADD failed on {}, rolling back every interface: {e}",
-                    record.ifname
-                );
-                for done in &records[..i] {
-                    if let Err(e) = attach::teardown(&nl, &done.host_ifname) {
-                        log::warn!("rollback: {e}");
-                    }
-                }
-                attach::release(&agent, conf, &vm_name, &fresh);
-                return Err(e);
-            }
+    match attach::bring_up(&agent, conf, &nl, &netns, &records) {
+        // The runtime knows only the first interface: the result describes it alone.
+        Ok(outcomes) => outcomes
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::new(code::NO_VMI, format!("pod {vm_name} has no VMIs"))),
+        Err(e) => {
+            log::warn!("thick ADD failed, rolling back every interface: {e}");
+            attach::undo(&agent, conf, &vm_name, &fresh);
+            Err(e)
         }
     }
-    first.ok_or_else(|| Error::new(code::NO_VMI, format!("pod {vm_name} has no VMIs")))
 }
 
 /// This sandbox's records in the pod (every interface; older sandboxes' are left alone).
-fn ours(conf: &NetConf, env: &Env, vm_name: &str) -> Result<(crate::state::PodDir, Vec<Record>)> {
-    let dir = lock(conf, vm_name)?;
+fn ours(agent: &Agent, conf: &NetConf, env: &Env, vm_name: &str) -> Result<(PodDir, Vec<Record>)> {
+    let dir = attach::open_pod(agent, conf, vm_name)?;
     let (records, _) = dir.records().map_err(io_err("reading", dir.path()))?;
     let mine = records
         .into_iter()
@@ -118,15 +121,14 @@ pub fn del(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
     let Some(vm_name) = attach::locate(conf, env, pod, None)? else {
         return Ok(());
     };
-    let (dir, records) = ours(conf, env, &vm_name)?;
-    if records.is_empty() {
-        return Ok(());
-    }
+    let agent = Agent::new(&conf.contrail);
+    let (dir, records) = ours(&agent, conf, env, &vm_name)?;
     // Keep going after a failure so one stuck interface does not strand the others.
     if let Some(e) = teardown_all(&records).into_iter().next() {
         return Err(e);
     }
-    attach::forget(&Agent::new(&conf.contrail), dir, &records)
+    attach::release(&agent, &dir, &records)?;
+    attach::close(dir)
 }
 
 /// Deleting a veth returns only once the kernel has finished tearing it down (~20 ms, mostly
@@ -178,11 +180,12 @@ pub fn check(env: &Env, conf: &NetConf, pod: Option<&Pod>) -> Result<()> {
         )
     };
     let vm_name = attach::locate(conf, env, pod, None)?.ok_or_else(missing)?;
-    let records = ours(conf, env, &vm_name)?.1;
+    let agent = Agent::new(&conf.contrail);
+    let (dir, records) = ours(&agent, conf, env, &vm_name)?;
+    attach::close(dir)?;
     if records.is_empty() {
         return Err(missing());
     }
-    let agent = Agent::new(&conf.contrail);
     let (nl, netns) = (attach::netlink()?, attach::open_netns(&env.netns)?);
     records
         .iter()

@@ -1,93 +1,185 @@
 //! Crash safety (built with `--features crash-points`): the plugin is killed with SIGKILL at
-//! every step of ADD and DEL; a DEL afterwards removes all of it, and a fresh ADD succeeds.
+//! every step of ADD and DEL, next to a sibling attachment that is up; the runtime's DEL
+//! afterwards removes all of the killed attachment (link, state, registration), the sibling
+//! stays registered and passes CHECK, and a fresh ADD gets the right VMI.
 #![cfg(feature = "crash-points")]
 
 mod common;
 
 use common::*;
+use serde_json::json;
 
-/// The steps of ADD, in order (see `crash::point` calls in src/). The container end is created
-/// directly in the pod's netns, so there is no separate "moved" step.
-const ADD_STEPS: [&str; 5] = ["claimed", "ip", "veth", "addressed", "registered"];
+/// The steps of ADD, in order (see `crash::point` calls in src/): the claim, the veth, the
+/// registration, the wait for the IP configuration (killed after a first 404), the IP
+/// configuration received, the addresses and routes.
+const ADD_STEPS: [&str; 6] = [
+    "claimed",
+    "veth",
+    "registered",
+    "waiting",
+    "ip",
+    "addressed",
+];
+/// The steps of DEL: the veth gone, the resync marker written, the state file removed, the
+/// pod's ports dropped by the agent (before the sibling is registered again).
+const DEL_STEPS: [&str; 4] = ["unlinked", "marked", "forgotten", "deregistered"];
 
-fn host_ifname_of(node: &Node, pod: &PodSpec) -> Option<String> {
-    let f = node.state_files(pod).into_iter().next()?;
-    let v: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(node.ports_dir().join(pod.vm_name()).join(f)).unwrap(),
-    )
-    .unwrap();
-    Some(v["host-ifname"].as_str().unwrap().to_string())
+/// A pod with eth0 (cluster network) and net1 (net-a, whose IP configuration comes 150 ms
+/// after its registration, so that there is a wait to be killed in).
+struct Pod {
+    pod: PodSpec,
+    sim: Sim,
+    node: Node,
+    ns: Netns,
+    cid: String,
+}
+
+impl Pod {
+    fn new() -> Pod {
+        let pod = PodSpec::new(vec![
+            VmiSpec::new("default", 1),
+            VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(150)),
+        ]);
+        let sim = Sim::start(&[&pod], &[]);
+        let node = Node::new(&sim);
+        Pod {
+            pod,
+            sim,
+            node,
+            ns: Netns::new(),
+            cid: uuid(),
+        }
+    }
+
+    fn call(&self, command: &str, ifname: &str, crash_at: Option<&str>) -> Output {
+        let network = if ifname == "eth0" { "default" } else { "net-a" };
+        let extra: Vec<(&str, &str)> = crash_at
+            .map(|s| ("CONTRAIL_CNI_CRASH_AT", s))
+            .into_iter()
+            .collect();
+        self.node.call_with(
+            &extra,
+            command,
+            &self.cid,
+            &self.ns.path(),
+            ifname,
+            &self.pod.multus_args(&self.cid),
+            &self.node.netconf("1.0.0", network),
+        )
+    }
+
+    #[track_caller]
+    fn killed(&self, command: &str, ifname: &str, step: &str) {
+        let out = self.call(command, ifname, Some(step));
+        assert!(
+            !out.ok && out.stdout.is_empty(),
+            "{command} {step}: the plugin was not killed: {out:?}"
+        );
+    }
+
+    fn registered_ifnames(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.sim.ports().into_iter().map(|p| p.2).collect();
+        v.sort();
+        v
+    }
+
+    /// net1 is gone everywhere; eth0 is up, registered and passes CHECK.
+    #[track_caller]
+    fn only_eth0_left(&self, step: &str) {
+        assert_eq!(self.ns.ifnames(), ["eth0", "lo"], "{step}");
+        let net1 = host_ifname(&self.pod.vmis[1].uuid);
+        assert!(!host_link_exists(&net1), "{step}: {net1} leaked");
+        assert_eq!(
+            self.node.state_files(&self.pod),
+            [self.pod.vmis[0].uuid.clone()],
+            "{step}"
+        );
+        assert_eq!(self.registered_ifnames(), ["eth0"], "{step}");
+        self.call("CHECK", "eth0", None).assert_ok();
+    }
+
+    /// Multus deletes the pod: nothing is left anywhere.
+    #[track_caller]
+    fn delete_all(&self, step: &str) {
+        for ifname in ["net1", "eth0"] {
+            self.call("DEL", ifname, None).assert_ok();
+        }
+        assert_eq!(self.ns.ifnames(), ["lo"], "{step}");
+        assert!(!self.node.pod_dir_exists(&self.pod), "{step}");
+        assert!(self.sim.ports().is_empty(), "{step}");
+    }
 }
 
 #[test]
 fn killed_at_every_step_of_add_then_del_cleans_up_and_add_works_again() {
     for step in ADD_STEPS {
-        let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-        let sim = Sim::start(&[&pod], &[]);
-        let node = Node::new(&sim);
-        let ns = Netns::new();
-        let cid = uuid();
-        let (args, conf) = (pod.multus_args(&cid), node.netconf("1.0.0", "net-a"));
-        let out = node.call_with(
-            &[("CONTRAIL_CNI_CRASH_AT", step)],
-            "ADD",
-            &cid,
-            &ns.path(),
-            "net1",
-            &args,
-            &conf,
-        );
+        let p = Pod::new();
+        p.call("ADD", "eth0", None).assert_ok();
+        p.killed("ADD", "net1", step);
         assert!(
-            !out.ok && out.stdout.is_empty(),
-            "{step}: the plugin was not killed: {out:?}"
+            p.node.state_files(&p.pod).contains(&p.pod.vmis[1].uuid),
+            "{step}: the claim must be recorded"
         );
-        let host = host_ifname_of(&node, &pod)
-            .unwrap_or_else(|| panic!("{step}: the claim must be recorded"));
-        node.call("DEL", &cid, &ns.path(), "net1", &args, &conf)
-            .assert_ok();
-        assert_eq!(ns.ifnames(), ["lo"], "{step}");
-        assert!(!host_link_exists(&host), "{step}: {host} leaked");
-        assert!(!node.pod_dir_exists(&pod), "{step}");
-        assert!(sim.ports().is_empty(), "{step}");
-        let r = node
-            .call("ADD", &cid, &ns.path(), "net1", &args, &conf)
-            .assert_ok()
-            .json();
-        assert_eq!(ns.mac("net1"), pod.vmis[1].mac, "{step}");
-        assert_eq!(r["interfaces"][0]["name"], host.as_str());
-        node.call("DEL", &cid, &ns.path(), "net1", &args, &conf)
-            .assert_ok();
-        assert_eq!(ns.ifnames(), ["lo"], "{step}");
+        // The runtime's DEL of the killed attachment.
+        p.call("DEL", "net1", None).assert_ok();
+        p.only_eth0_left(step);
+        // A fresh ADD gets net-a's VMI, with its MAC, address and host end.
+        let r = p.call("ADD", "net1", None).assert_ok().json();
+        assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
+        assert_eq!(p.ns.addrs("net1"), [p.pod.vmis[1].addr()], "{step}");
+        assert_eq!(
+            r["interfaces"][0]["name"],
+            host_ifname(&p.pod.vmis[1].uuid).as_str()
+        );
+        assert_eq!(p.registered_ifnames(), ["eth0", "net1"], "{step}");
+        p.delete_all(step);
     }
 }
 
 #[test]
-fn killed_during_del_then_del_again_finishes() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let (args, conf) = (pod.multus_args(&cid), node.netconf("1.0.0", ""));
-    node.call("ADD", &cid, &ns.path(), "eth0", &args, &conf)
-        .assert_ok();
-    let out = node.call_with(
-        &[("CONTRAIL_CNI_CRASH_AT", "unlinked")],
-        "DEL",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &args,
-        &conf,
-    );
-    assert!(!out.ok && out.stdout.is_empty(), "{out:?}");
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(
-        node.pod_dir_exists(&pod),
-        "the record outlives a crash after the link went"
-    );
-    node.call("DEL", &cid, &ns.path(), "eth0", &args, &conf)
-        .assert_ok();
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+fn killed_at_every_step_of_add_then_a_retry_of_the_same_add_gets_the_same_vmi() {
+    for step in ADD_STEPS {
+        let p = Pod::new();
+        p.call("ADD", "eth0", None).assert_ok();
+        p.killed("ADD", "net1", step);
+        // The runtime retries the ADD instead (its DEL never came).
+        p.call("ADD", "net1", None).assert_ok();
+        assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
+        assert_eq!(p.registered_ifnames(), ["eth0", "net1"], "{step}");
+        p.call("CHECK", "net1", None).assert_ok();
+        p.delete_all(step);
+    }
+}
+
+#[test]
+fn killed_at_every_step_of_del_then_del_again_finishes() {
+    for step in DEL_STEPS {
+        let p = Pod::new();
+        p.call("ADD", "eth0", None).assert_ok();
+        p.call("ADD", "net1", None).assert_ok();
+        p.killed("DEL", "net1", step);
+        assert!(
+            !host_link_exists(&host_ifname(&p.pod.vmis[1].uuid)),
+            "{step}: the veth goes first"
+        );
+        p.call("DEL", "net1", None).assert_ok();
+        p.only_eth0_left(step);
+        // DEL then ADD of the same attachment gives it its VMI back.
+        p.call("ADD", "net1", None).assert_ok();
+        assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
+        p.delete_all(step);
+    }
+}
+
+#[test]
+fn killed_during_the_last_del_of_a_pod_then_del_again_finishes() {
+    for step in DEL_STEPS {
+        let p = Pod::new();
+        p.call("ADD", "eth0", None).assert_ok();
+        p.killed("DEL", "eth0", step);
+        assert_eq!(p.ns.ifnames(), ["lo"], "{step}");
+        p.call("DEL", "eth0", None).assert_ok();
+        assert!(!p.node.pod_dir_exists(&p.pod), "{step}");
+        assert!(p.sim.ports().is_empty(), "{step}");
+    }
 }

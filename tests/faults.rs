@@ -199,15 +199,38 @@ fn truncated_answer_on_vm_cfg_is_retried_then_code_11() {
 
 #[test]
 fn hang_on_the_ip_config_rolls_the_claim_back() {
-    // The rollback's deregistration hangs too: it must not stretch the ADD past its bound.
     let pod = one_vmi_pod();
-    let c = Case::new(
-        pod.clone(),
-        &["--hang", "GET:/vm/", "--hang", "DELETE:/vm/"],
-    );
+    let c = Case::new(pod.clone(), &["--hang", "GET:/vm/"]);
     let path = format!("GET /vm/{}/{}", pod.uuid, pod.vmis[0].uuid);
     let msg = c.add_fails(11, add_bound(), &[&c.agent(), "waiting for", &path]);
     assert!(msg.contains("IP address of VMI"), "{msg}");
+}
+
+#[test]
+fn a_deregistration_the_agent_never_answers_is_recorded_and_finished_later() {
+    // The IP configuration never comes and the rollback's DELETE hangs too: the ADD still ends
+    // within its bound, and the registration it could not drop is recorded, not forgotten.
+    let pod = one_vmi_pod();
+    let mut c = Case::new(
+        pod.clone(),
+        &["--hang", "GET:/vm/", "--hang", "DELETE:/vm/"],
+    );
+    let (out, took) = c.call("ADD", None);
+    assert_eq!(out.code(), 11, "{}", out.stdout);
+    assert!(took < add_bound() + SLACK, "took {took:?}");
+    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
+    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
+    let sim = c.sim.take().unwrap();
+    assert_eq!(sim.ports().len(), 1, "the agent never processed the DELETE");
+    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
+    // The agent recovers; Multus's DEL of the failed delegate finishes the deregistration.
+    let sim = sim.restart(&[]);
+    c.node.port = sim.port;
+    c.node.contrail["vrouter-port"] = json!(sim.port);
+    c.sim = Some(sim);
+    c.call("DEL", None).0.assert_ok();
+    c.assert_nothing_left();
 }
 
 #[test]
@@ -271,9 +294,10 @@ fn many_attachments_of_one_network_with_a_hanging_agent_stay_within_the_bound() 
 
 // ---------------------------------------------------------------- hostile answers
 
-/// The pod's VMIs from /vm-cfg and its first VMI's IP config from /vm, as an unfaulted agent
-/// answers them, with `edit` applied to the one on `which` ("vm-cfg" or "vm"): files and the
-/// `--respond` switches that make the simulator answer with exactly these bytes.
+/// The pod's VMIs from /vm-cfg and its first VMI's IP config from /vm (once registered, as
+/// the plugin registers it), as an unfaulted agent answers them, with `edit` applied to the one
+/// on `which` ("vm-cfg" or "vm"): files and the `--respond` switches that make the simulator
+/// answer with exactly these bytes.
 fn crafted(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> (TempDir, Vec<String>) {
     let honest = Sim::start(&[pod], &[]);
     let files = TempDir::new();
@@ -283,6 +307,9 @@ fn crafted(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> (TempDi
     let mut args = Vec::new();
     for (name, path) in [("vm-cfg", &cfg), ("vm", &ip)] {
         let url = format!("http://127.0.0.1:{}{path}", honest.port);
+        if name == "vm" {
+            honest.register(pod, 0, &host_ifname(&pod.vmis[0].uuid), "eth0");
+        }
         let text = ureq::get(&url).call().unwrap().body_mut().read_to_string();
         let mut body: Value = serde_json::from_str(&text.unwrap()).unwrap();
         if let Some(edit) = edit.take_if(|_| name == which) {
@@ -457,13 +484,15 @@ fn del_without_the_agent_tears_down_locally() {
     assert!(took < poll_timeout() + SLACK, "{took:?}");
     assert_eq!(c.ns.ifnames(), ["eth0", "lo"]);
 
-    // DEL is local: interface and state go; deregistration is best effort.
+    // DEL tears down locally at once; the deregistration is retried within the call's
+    // deadline, then recorded for the next call for the pod or GC.
     let (out, took) = c.call("DEL", Some(&r));
     out.assert_ok();
-    assert!(took < poll_timeout() + SLACK, "{took:?}");
+    assert!(took < add_bound() + SLACK, "{took:?}");
     assert_eq!(c.ns.ifnames(), ["lo"]);
     assert!(!host_link_exists(&tap));
-    assert!(!c.node.pod_dir_exists(&pod));
+    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
+    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
     let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
     assert!(log.contains("left registered with the agent"), "{log}");
 
@@ -481,15 +510,23 @@ fn del_with_a_hanging_agent_finishes_in_time() {
     let r = out.assert_ok().json();
     let (out, took) = c.call("DEL", Some(&r));
     out.assert_ok();
-    // One deregistration request, bounded by poll-timeout; nothing else talks to the agent.
-    assert!(took < poll_timeout() + SLACK, "{took:?}");
+    // The deregistration is retried within poll-timeout x poll-retries, no longer.
+    assert!(took < add_bound() + SLACK, "{took:?}");
     assert_eq!(c.ns.ifnames(), ["lo"]);
     assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
-    assert!(!c.node.pod_dir_exists(&pod));
+    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
     let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
     assert!(log.contains("left registered with the agent"), "{log}");
-    // The agent never processed the DELETE: the port is still registered there.
+    // The agent never processed the DELETE: the port is still registered there, and the
+    // node says so until a later call gets the DELETE through.
     let ports = c.sim.as_ref().unwrap().ports();
     assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
     c.call("DEL", Some(&r)).0.assert_ok();
+}
+
+/// The vm-uuid in a pod's pending-resync marker, if any.
+fn resync_marker(node: &Node, pod: &PodSpec) -> Option<String> {
+    let path = node.ports_dir().join(pod.vm_name()).join(".resync");
+    std::fs::read_to_string(path).ok()
 }

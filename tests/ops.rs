@@ -305,7 +305,10 @@ fn inspect_finds_each_kind_of_breakage() {
     let rows = inspect(&node);
     assert_eq!(health_of(&rows, "vmi", &vmi(0)), "ok");
     assert_eq!(health_of(&rows, "vmi", &vmi(1)), "interface missing");
-    assert_eq!(health_of(&rows, "vmi", &vmi(2)), "agent does not know it");
+    assert_eq!(
+        health_of(&rows, "vmi", &vmi(2)),
+        "agent has no IP configuration for it"
+    );
     assert_eq!(health_of(&rows, "vmi", &vmi(3)), "stale sandbox");
     assert_eq!(health_of(&rows, "host", &orphan), "orphan host link");
 

@@ -136,20 +136,30 @@ fn three_attachments_with_a_repeated_network_add_check_del() {
         check(&node, &pod, &cid, &ns, ifname, net, r).assert_ok();
     }
 
-    // DEL of net1 removes exactly net1: the others, and the agent's ports, stay.
-    let ports_before = registered(&sim);
+    // DEL of net1 removes exactly net1, its port included: the others stay registered.
+    let mut ports_after = registered(&sim);
+    ports_after.retain(|p| p.2 != "net1");
     del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
     assert_eq!(ns.ifnames(), ["eth0", "lo", "net2"]);
     assert!(!host_link_exists(&host_name(&net1)));
     assert_eq!(ns.addrs("net2"), [vmis[2].addr()]);
     assert_eq!(ns.addrs("eth0")[0], vmis[0].addr());
-    assert_eq!(registered(&sim), ports_before);
+    assert_eq!(registered(&sim), ports_after);
     assert_eq!(node.state_files(&pod).len(), 2);
     check(&node, &pod, &cid, &ns, "net2", "net-a", &net2).assert_ok();
+    check(&node, &pod, &cid, &ns, "eth0", "default", &eth0).assert_ok();
     assert_eq!(
         check(&node, &pod, &cid, &ns, "net1", "net-a", &net1).code(),
         103
     );
+
+    // Added back, net1 gets its VMI again.
+    let again = add(&node, &pod, &cid, &ns, "net1", "net-a");
+    assert_eq!(ns.mac("net1"), vmis[1].mac);
+    assert_eq!(ns.addrs("net1"), [vmis[1].addr()]);
+    assert_eq!(host_name(&again), host_name(&net1));
+    assert_eq!(registered(&sim).len(), 3);
+    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
 
     // DEL of the last one leaves no interface, no state and no port behind.
     del(&node, &pod, &cid, &ns.path(), "net2", "net-a").assert_ok();
@@ -807,4 +817,194 @@ fn bad_config_and_env_fail_before_anything_is_created() {
         assert_eq!(out.code(), 7);
         assert!(out.msg().contains("--features thick"), "{}", out.msg());
     }
+}
+
+/// VMI `j` of network number `n`, sharing the network's gateways with its other VMIs: IPv4
+/// 10.n.0.(10+j)/24 via 10.n.0.1 when `v4`, IPv6 fd00:n::(10+j) via fd00:n::1 when `v6`.
+fn on_network(network: &str, n: u8, j: u8, v4: bool, v6: bool) -> VmiSpec {
+    let mut v = VmiSpec::new(network, n);
+    v.ip = v4.then(|| format!("10.{n}.0.{}/24", 10 + j));
+    v.gateway = v4.then(|| format!("10.{n}.0.1"));
+    v.ip6 = v6.then(|| format!("fd00:{n}::{}", 10 + j));
+    v.v6_gateway = v6.then(|| format!("fd00:{n}::1"));
+    v
+}
+
+/// The route the pod's kernel picks for `dst` when told to leave by `ifname`: (gateway, dev).
+fn route_via(ns: &Netns, dst: &str, ifname: &str) -> (String, String) {
+    let fam = if dst.contains(':') { "-6" } else { "-4" };
+    let out = sh(
+        "ip",
+        &[
+            "-n", &ns.name, "-j", fam, "route", "get", dst, "oif", ifname,
+        ],
+    );
+    let r: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let s = |k: &str| r[0][k].as_str().unwrap_or("").to_string();
+    (s("gateway"), s("dev"))
+}
+
+#[test]
+fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
+    // eth0 on the cluster network (dual stack); net-a three times, dual stack; net-b twice,
+    // IPv6 only. Each network's VMIs share its gateways; every IPv6 address is a /128, so every
+    // interface needs its own host route to its gateway.
+    let vmis = vec![
+        on_network("default", 1, 0, true, true),
+        on_network("net-a", 2, 1, true, true),
+        on_network("net-a", 2, 2, true, true),
+        on_network("net-a", 2, 3, true, true),
+        on_network("net-b", 3, 1, false, true),
+        on_network("net-b", 3, 2, false, true),
+    ];
+    let pod = PodSpec::new(vmis.clone());
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    let attachments = [
+        ("eth0", "default"),
+        ("net1", "net-a"),
+        ("net2", "net-a"),
+        ("net3", "net-a"),
+        ("net4", "net-b"),
+        ("net5", "net-b"),
+    ];
+    let results: Vec<Value> = attachments
+        .iter()
+        .map(|(ifname, net)| add(&node, &pod, &cid, &ns, ifname, net))
+        .collect();
+    let addresses = |v: &VmiSpec| -> Vec<String> {
+        v.ip.iter()
+            .cloned()
+            .chain(v.ip6.iter().map(|a| format!("{a}/128")))
+            .collect()
+    };
+    let assert_up = |ifname: &str, v: &VmiSpec| {
+        assert_eq!(ns.mac(ifname), v.mac, "{ifname}");
+        assert_eq!(ns.addrs(ifname), addresses(v), "{ifname}");
+        assert!(!ns.v6_tentative(ifname), "{ifname}");
+        let gw6 = v.v6_gateway.clone().unwrap();
+        assert_eq!(
+            route_via(&ns, &gw6, ifname),
+            (String::new(), ifname.to_string())
+        );
+    };
+    for ((ifname, _), v) in attachments.iter().zip(&vmis) {
+        assert_up(ifname, v);
+    }
+    // The pod's default routes, one per family, on the cluster network's interface only.
+    let mut routes = ns.default_routes();
+    routes.sort();
+    assert_eq!(
+        routes,
+        [
+            ("-4".into(), "10.1.0.1".into(), "eth0".into()),
+            ("-6".into(), "fd00:1::1".into(), "eth0".into())
+        ]
+    );
+    for ((ifname, net), r) in attachments.iter().zip(&results) {
+        check(&node, &pod, &cid, &ns, ifname, net, r).assert_ok();
+    }
+    // DEL of one attachment of each repeated network leaves the others' addresses and routes.
+    del(&node, &pod, &cid, &ns.path(), "net2", "net-a").assert_ok();
+    del(&node, &pod, &cid, &ns.path(), "net4", "net-b").assert_ok();
+    for (i, ((ifname, net), v)) in attachments.iter().zip(&vmis).enumerate() {
+        if [2, 4].contains(&i) {
+            assert!(ns.link(ifname).is_none(), "{ifname}");
+            continue;
+        }
+        assert_up(ifname, v);
+        check(&node, &pod, &cid, &ns, ifname, net, &results[i]).assert_ok();
+    }
+    assert_eq!(sim.ports().len(), 4);
+    for (ifname, net) in attachments.iter().rev() {
+        del(&node, &pod, &cid, &ns.path(), ifname, net).assert_ok();
+    }
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+}
+
+/// ADD of `ifname` that fails after its registration, next to eth0, which is up: nothing of it
+/// is left (interface, state, registration) and eth0 stays registered and passes CHECK.
+#[track_caller]
+fn fails_after_registration(
+    node: &Node,
+    sim: &Sim,
+    pod: &PodSpec,
+    cid: &str,
+    ns: &Netns,
+    conf: &Value,
+    eth0: &Value,
+) -> Output {
+    let out = node.call("ADD", cid, &ns.path(), "net1", &pod.multus_args(cid), conf);
+    assert!(!out.ok, "{out:?}");
+    assert_eq!(ns.ifnames(), ["eth0", "lo"]);
+    for v in &pod.vmis[1..] {
+        assert!(!host_link_exists(&host_ifname(&v.uuid)));
+    }
+    assert_eq!(node.state_files(pod), [pod.vmis[0].uuid.clone()]);
+    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.2).collect();
+    assert_eq!(ports, ["eth0"]);
+    check(node, pod, cid, ns, "eth0", "default", eth0).assert_ok();
+    out
+}
+
+#[test]
+fn an_add_that_fails_after_its_registration_leaves_nothing_and_its_sibling_works() {
+    // net-a's first VMI never gets its IP configuration; the second is fine.
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(600_000)),
+        VmiSpec::new("net-a", 3),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    let mut node = Node::new(&sim);
+    node.contrail["poll-timeout"] = json!(0.1);
+    node.contrail["poll-retries"] = json!(3);
+    let ns = Netns::new();
+    let cid = uuid();
+    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "default");
+    let conf = node.netconf("1.0.0", "net-a");
+    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
+    assert_eq!(out.code(), 11);
+    assert!(out.msg().contains(&pod.vmis[1].uuid), "{}", out.msg());
+    // A retry of the same ADD is for the same VMI again (and fails the same way).
+    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
+    assert!(out.msg().contains(&pod.vmis[1].uuid), "{}", out.msg());
+    // Multus DELs the failed delegate and every earlier one: nothing is left anywhere.
+    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
+    del(&node, &pod, &cid, &ns.path(), "eth0", "default").assert_ok();
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn an_add_whose_addresses_fail_after_registration_leaves_nothing() {
+    // An MTU below IPv6's minimum shows only once the agent gives the IPv6 configuration,
+    // which it does only after the registration.
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2).dual_stack(),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "default");
+    let mut conf = node.netconf("1.0.0", "net-a");
+    conf["contrail"]["mtu"] = json!(1279);
+    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
+    assert_eq!(out.code(), 7);
+    assert!(out.msg().contains("1280"), "{}", out.msg());
+    // With the MTU fixed, the retry gets the same VMI and comes up.
+    add(&node, &pod, &cid, &ns, "net1", "net-a");
+    assert_eq!(ns.mac("net1"), pod.vmis[1].mac);
+    for (ifname, net) in [("net1", "net-a"), ("eth0", "default")] {
+        del(&node, &pod, &cid, &ns.path(), ifname, net).assert_ok();
+    }
+    assert!(!node.pod_dir_exists(&pod));
+    assert!(sim.ports().is_empty());
 }

@@ -189,3 +189,23 @@ fn del_after_the_netns_is_gone() {
     assert!(!node.pod_dir_exists(&pod));
     assert!(sim.ports().is_empty());
 }
+
+#[test]
+fn del_then_add_gives_every_interface_its_vmi_back() {
+    let pod = pod_of(3);
+    let sim = Sim::start(&[&pod], &[]);
+    let node = Node::new(&sim);
+    let ns = Netns::new();
+    let cid = uuid();
+    for _ in 0..2 {
+        call(&node, "ADD", &pod, &cid, &ns.path()).assert_ok();
+        for (i, v) in pod.vmis.iter().enumerate() {
+            assert_eq!(ns.mac(&format!("eth{i}")), v.mac);
+        }
+        assert_eq!(sim.ports().len(), 3);
+        call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
+        assert_eq!(ns.ifnames(), ["lo"]);
+        assert!(sim.ports().is_empty());
+    }
+    assert!(!node.pod_dir_exists(&pod));
+}

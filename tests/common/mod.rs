@@ -162,12 +162,14 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
 /// One VMI of a simulated pod.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct VmiSpec {
     pub uuid: String,
     pub network: String,
@@ -288,9 +290,22 @@ pub struct Sim {
 impl Sim {
     pub fn start(pods: &[&PodSpec], args: &[&str]) -> Sim {
         let dir = TempDir::new();
-        let file = dir.0.join("pods.json");
         let body = json!({"pods": pods.iter().map(|p| p.to_json()).collect::<Vec<_>>()});
-        std::fs::write(&file, body.to_string()).unwrap();
+        std::fs::write(dir.0.join("pods.json"), body.to_string()).unwrap();
+        Sim::spawn(dir, args)
+    }
+
+    /// The agent restarts (on another port) with the same pods and new switches; what it had
+    /// registered is gone, as when a real agent restarts without its port files.
+    pub fn restart(mut self, args: &[&str]) -> Sim {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self._dir, TempDir(PathBuf::new()));
+        Sim::spawn(dir, args)
+    }
+
+    fn spawn(dir: TempDir, args: &[&str]) -> Sim {
+        let file = dir.0.join("pods.json");
         let mut child = Command::new(sim_bin())
             .args(["--pods", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(args)
@@ -324,6 +339,23 @@ impl Sim {
             .read_to_string()
             .unwrap();
         serde_json::from_str(&body).unwrap()
+    }
+
+    /// Registers VMI `k` of `pod` the way the plugin does (`POST /vm`).
+    pub fn register(&self, pod: &PodSpec, k: usize, host_ifname: &str, vm_ifname: &str) {
+        let cfg = self.get(&format!("/vm-cfg/{}", pod.vm_name()));
+        let vmi = &pod.vmis[k].uuid;
+        let vn = cfg
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["id"] == vmi.as_str())
+            .unwrap()["vn-id"]
+            .clone();
+        let port = json!({"vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "vm-id": "test",
+            "host-ifname": host_ifname, "vm-ifname": vm_ifname, "vn-uuid": vn, "vmi-uuid": vmi});
+        let url = format!("http://127.0.0.1:{}/vm", self.port);
+        ureq::post(&url).send_json(&port).unwrap();
     }
 
     /// The ports the agent has registered: (vmi uuid, host ifname, vm ifname).

@@ -1,0 +1,288 @@
+//! The agent simulator's own contract, as the vRouter agent's port-IPC sources define it
+//! (`port_ipc/rest_server.cc`, `port_ipc_handler.cc`, `port_subscribe_table.cc`): every other
+//! test trusts the simulator, so what it promises is executable here. Raw HTTP on purpose: the
+//! status line, the error bodies and the kept-alive connection are part of the contract.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// One HTTP exchange on an open connection: (status line, body).
+fn exchange(
+    conn: &mut BufReader<TcpStream>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (String, String) {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.get_mut().write_all(request.as_bytes()).unwrap();
+    let mut status = String::new();
+    conn.read_line(&mut status).unwrap();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap();
+        assert!(
+            !name.eq_ignore_ascii_case("connection"),
+            "the agent sends no Connection header: {line}"
+        );
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    conn.read_exact(&mut body).unwrap();
+    (status.trim().to_string(), String::from_utf8(body).unwrap())
+}
+
+fn connect(sim: &Sim) -> BufReader<TcpStream> {
+    BufReader::new(TcpStream::connect(("127.0.0.1", sim.port)).unwrap())
+}
+
+/// One request on a fresh connection: (status code, body as JSON).
+fn call(sim: &Sim, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let (status, body) = exchange(&mut connect(sim), method, path, body);
+    let code = status.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, serde_json::from_str(&body).unwrap())
+}
+
+fn ip_path(pod: &PodSpec, k: usize) -> String {
+    format!("/vm/{}/{}", pod.uuid, pod.vmis[k].uuid)
+}
+
+/// A registration body for VMI `k`, under a host interface that does not exist.
+fn port(sim: &Sim, pod: &PodSpec, k: usize, host: &str) -> Value {
+    let (_, cfg) = call(sim, "GET", &format!("/vm-cfg/{}", pod.vm_name()), None);
+    let vn = cfg
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == pod.vmis[k].uuid.as_str())
+        .unwrap()["vn-id"]
+        .clone();
+    json!({"vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "vm-id": "c1", "host-ifname": host,
+           "vm-ifname": format!("net{k}"), "vn-uuid": vn, "vmi-uuid": pod.vmis[k].uuid})
+}
+
+fn two_vmi_pod() -> PodSpec {
+    PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)])
+}
+
+#[test]
+fn config_is_there_before_any_registration() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    let (code, cfg) = call(&sim, "GET", &format!("/vm-cfg/{}", pod.vm_name()), None);
+    assert_eq!(code, 200);
+    let cfg = cfg.as_array().unwrap();
+    // Ordered by VMI uuid, not by index; each with its MAC and its annotations.
+    let mut uuids: Vec<&str> = pod.vmis.iter().map(|v| v.uuid.as_str()).collect();
+    uuids.sort();
+    let got: Vec<&str> = cfg.iter().map(|v| v["id"].as_str().unwrap()).collect();
+    assert_eq!(got, uuids);
+    let net_a = cfg.iter().find(|v| v["id"] == pod.vmis[1].uuid.as_str());
+    let net_a = net_a.unwrap();
+    assert_eq!(net_a["mac-address"], pod.vmis[1].mac);
+    let annotations = net_a["annotations"].as_array().unwrap();
+    assert!(annotations.contains(&json!("{network:net-a}")), "{net_a}");
+    assert!(annotations.contains(&json!("{index:1/2}")), "{net_a}");
+}
+
+#[test]
+fn ip_config_exists_only_after_registration_and_the_interface_need_not_exist() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 1), None).0, 404);
+    // The REST handler registers without looking for the host interface.
+    let host = "tapnotthere0001";
+    assert!(!host_link_exists(host));
+    let (code, body) = call(&sim, "POST", "/vm", Some(&port(&sim, &pod, 1, host)));
+    assert_eq!((code, body), (200, json!({})));
+    let (code, ip) = call(&sim, "GET", &ip_path(&pod, 1), None);
+    assert_eq!(code, 200);
+    assert_eq!(ip[0]["system-name"], host);
+    assert_eq!(
+        format!(
+            "{}/{}",
+            ip[0]["ip-address"].as_str().unwrap(),
+            ip[0]["plen"]
+        ),
+        pod.vmis[1].addr()
+    );
+    // The other VMI of the pod is still unregistered.
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 0), None).0, 404);
+}
+
+#[test]
+fn the_whole_pod_answers_once_every_vmi_is_registered() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    let whole = format!("/vm/{}", pod.uuid);
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 0, "tapaaaaaaaaaaaa")),
+    );
+    assert_eq!(call(&sim, "GET", &whole, None).0, 404);
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 1, "tapbbbbbbbbbbbb")),
+    );
+    let (code, all) = call(&sim, "GET", &whole, None);
+    assert_eq!(code, 200);
+    assert_eq!(all.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn ip_delay_counts_from_the_registration() {
+    let delay = Duration::from_millis(400);
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1).with("ip-delay-ms", json!(delay.as_millis() as u64)),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    // The pod has been known for longer than the delay before it is registered...
+    let body = port(&sim, &pod, 0, "tapcccccccccccc");
+    std::thread::sleep(delay);
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 0), None).0, 404);
+    let registered = Instant::now();
+    call(&sim, "POST", "/vm", Some(&body));
+    // ...and still the IP configuration comes `delay` after the registration, not before.
+    wait_for("the IP configuration", Duration::from_secs(10), || {
+        call(&sim, "GET", &ip_path(&pod, 0), None).0 == 200
+    });
+    assert!(registered.elapsed() >= delay, "{:?}", registered.elapsed());
+}
+
+#[test]
+fn registering_again_updates_the_registration_without_starting_over() {
+    let pod = PodSpec::new(vec![
+        VmiSpec::new("default", 1).with("ip-delay-ms", json!(300)),
+    ]);
+    let sim = Sim::start(&[&pod], &[]);
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 0, "tapdddddddddddd")),
+    );
+    wait_for("the IP configuration", Duration::from_secs(10), || {
+        call(&sim, "GET", &ip_path(&pod, 0), None).0 == 200
+    });
+    // A retried ADD registers the VMI again, under a new host name: answered at once.
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 0, "tapeeeeeeeeeeee")),
+    );
+    let (code, ip) = call(&sim, "GET", &ip_path(&pod, 0), None);
+    assert_eq!(code, 200);
+    assert_eq!(ip[0]["system-name"], "tapeeeeeeeeeeee");
+    assert_eq!(sim.ports().len(), 1);
+}
+
+#[test]
+fn delete_drops_every_registration_of_the_pod() {
+    let pod = two_vmi_pod();
+    let other = PodSpec::new(vec![VmiSpec::new("default", 3)]);
+    let sim = Sim::start(&[&pod, &other], &[]);
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 0, "tapfffffffffff0")),
+    );
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 1, "tapfffffffffff1")),
+    );
+    call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &other, 0, "tapfffffffffff2")),
+    );
+    let (code, body) = call(&sim, "DELETE", &format!("/vm/{}", pod.uuid), None);
+    assert_eq!((code, body), (200, json!({})));
+    for k in 0..2 {
+        assert_eq!(call(&sim, "GET", &ip_path(&pod, k), None).0, 404);
+    }
+    // Only that pod's: the other pod stays registered.
+    assert_eq!(call(&sim, "GET", &ip_path(&other, 0), None).0, 200);
+    assert_eq!(sim.ports().len(), 1);
+    // Always 200, also for a pod the agent does not know.
+    let unknown = format!("/vm/{}", uuid());
+    assert_eq!(call(&sim, "DELETE", &unknown, None), (200, json!({})));
+}
+
+#[test]
+fn errors_carry_the_agents_status_line_and_bodies() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    let mut conn = connect(&sim);
+    let (status, body) = exchange(&mut conn, "GET", &ip_path(&pod, 0), None);
+    // The agent says "OK" whatever the code, and wraps its message in a JSON object.
+    assert_eq!(status, "HTTP/1.1 404 OK");
+    assert_eq!(body, r#"{"error":"{ Not Found }"}"#);
+    let (status, body) = exchange(&mut conn, "GET", "/vm-cfg/k8s__default__nobody", None);
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("HTTP/1.1 404 OK", r#"{"error":"{ Not Found }"}"#)
+    );
+    // An upper-case uuid matches no route.
+    let upper = ip_path(&pod, 0).to_uppercase().replace("/VM/", "/vm/");
+    let (status, body) = exchange(&mut conn, "GET", &upper, None);
+    assert_eq!(
+        (status.as_str(), body.as_str()),
+        ("HTTP/1.1 404 OK", r#"{"error":"Unknown Request"}"#)
+    );
+    // A registration without a required field is refused with 500.
+    let mut bad = port(&sim, &pod, 0, "tap000000000009");
+    bad.as_object_mut().unwrap().remove("vn-uuid");
+    let (status, body) = exchange(&mut conn, "POST", "/vm", Some(&bad));
+    assert_eq!(status, "HTTP/1.1 500 OK");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("vn-uuid"),
+        "{body}"
+    );
+    assert!(sim.ports().is_empty());
+}
+
+#[test]
+fn connections_stay_open_between_requests() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    let mut conn = connect(&sim);
+    let cfg = format!("/vm-cfg/{}", pod.vm_name());
+    for _ in 0..3 {
+        assert_eq!(exchange(&mut conn, "GET", &cfg, None).0, "HTTP/1.1 200 OK");
+    }
+    let body = port(&sim, &pod, 0, "tap00000000000a");
+    assert_eq!(
+        exchange(&mut conn, "POST", "/vm", Some(&body)).0,
+        "HTTP/1.1 200 OK"
+    );
+    assert_eq!(
+        exchange(&mut conn, "GET", &ip_path(&pod, 0), None).0,
+        "HTTP/1.1 200 OK"
+    );
+}
