@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::cni::{Error, Result, code};
 use crate::config::Contrail;
+use crate::error::{AgentFault, Error, Result};
 use crate::vmi::{self, IpConfig, Vmi};
 
 /// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`] (or
@@ -95,8 +95,18 @@ impl Agent {
         }
     }
 
-    /// One request; `Ok(None)` on 404. Transport failures and other statuses are `Err` with a
-    /// message naming the agent; only the status code counts (error bodies are not JSON).
+    /// An error of the request `method path`.
+    fn fault(&self, method: &str, path: &str, fault: AgentFault) -> Error {
+        Error::Agent {
+            agent: self.base.clone(),
+            request: format!("{method} {path}"),
+            fault,
+        }
+    }
+
+    /// One request; `Ok(None)` on 404. Transport failures and other statuses are errors naming
+    /// the agent and the request; only the status code counts (the agent's status lines all
+    /// read "OK" and its error bodies carry nothing a client needs).
     fn request(
         &self,
         method: &str,
@@ -105,15 +115,8 @@ impl Agent {
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>> {
         let url = format!("{}{path}", self.base);
-        let transport = |e: ureq::Error| {
-            Error::new(
-                code::TRY_AGAIN_LATER,
-                format!(
-                    "vRouter agent at {} did not answer {method} {path}: {e}",
-                    self.base
-                ),
-            )
-        };
+        let transport =
+            |e: ureq::Error| self.fault(method, path, AgentFault::Transport(e.to_string()));
         let t = Some(timeout);
         let mut resp = match (method, body) {
             ("POST", Some(b)) => self
@@ -148,18 +151,12 @@ impl Agent {
                 .map(Some)
                 .map_err(transport),
             404 => Ok(None),
-            status => Err(Error::new(
-                code::TRY_AGAIN_LATER,
-                format!(
-                    "vRouter agent at {} answered {method} {path} with HTTP {status}",
-                    self.base
-                ),
-            )),
+            status => Err(self.fault(method, path, AgentFault::Status(status))),
         }
     }
 
     /// Polls `attempt` until it is ready, pausing 5 ms, 10 ms, ... up to the cap, for at most
-    /// poll-timeout x poll-retries in all. Decode errors end the wait at once: garbage does not
+    /// poll-timeout x poll-retries in all. Only transient errors are retried: garbage does not
     /// get better by asking again.
     pub fn poll<T>(
         &self,
@@ -179,20 +176,18 @@ impl Agent {
             ) {
                 Ok(Poll::Ready(t)) => return Ok(t),
                 Ok(Poll::NotYet(why)) => last = why,
-                Err(e) if e.code == code::TRY_AGAIN_LATER => last = e.msg,
+                Err(e) if e.is_transient() => last = e.to_string(),
                 Err(e) => return Err(e),
             }
             // Give up rather than start an attempt too short to get an answer: its timeout
             // would replace the informative error of the attempts before it.
             let left = deadline.saturating_duration_since(Instant::now());
             if left < pause + self.poll_timeout.min(MIN_ATTEMPT) {
-                return Err(Error::new(
-                    code::TRY_AGAIN_LATER,
-                    format!(
-                        "gave up after {:.1}s (poll-timeout x poll-retries) waiting for {what}; last: {last}",
-                        self.start.elapsed().as_secs_f64()
-                    ),
-                ));
+                return Err(Error::TimedOut {
+                    waited: self.start.elapsed(),
+                    what: what.to_string(),
+                    last,
+                });
             }
             thread::sleep(pause);
             pause = (pause * 2).min(MAX_POLL_PAUSE).min(self.poll_timeout);
@@ -240,11 +235,7 @@ impl Agent {
     /// An answer the parsers refused, with the agent and the request it answered, so that an
     /// operator knows where to look.
     fn refused(&self, method: &str, path: &str, e: Error) -> Error {
-        let msg = format!(
-            "vRouter agent at {} answered {method} {path} with what this plugin refuses: {}",
-            self.base, e.msg
-        );
-        Error::new(e.code, msg)
+        self.fault(method, path, AgentFault::Refused(e.to_string()))
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
@@ -347,10 +338,10 @@ impl Agent {
             .call()
         {
             Ok(_) => Ok(()),
-            Err(e) => Err(Error::new(
-                code::NOT_AVAILABLE,
-                format!("vRouter agent at {} is unreachable: {e}", self.base),
-            )),
+            Err(e) => Err(Error::Unavailable {
+                agent: self.base.clone(),
+                why: e.to_string(),
+            }),
         }
     }
 }

@@ -1,37 +1,85 @@
-//! The attachment engine: everything about one VMI's interface, from its state record to its
-//! veth and its registration with the agent. Plugin mode runs it for the one attachment of a
-//! call; thick mode for every VMI of the pod.
+//! The attachment pipeline: ADD, DEL and CHECK as one list of steps for both modes. Plugin
+//! mode works on the one attachment a meta-plugin asked for, thick mode on every VMI of the
+//! pod: the mode only decides the list ([`vmi::for_attachment`], [`vmi::for_pod`]).
 //!
-//! The agent's order: the claim is recorded, the veth created, the port registered
-//! (`POST /vm`), and only then does the agent have an IP configuration to give. Registrations
-//! cannot be undone one VMI at a time, so the pod's registrations are kept equal to its state
-//! files: whatever removes a file re-registers the files that stay ([`release`]).
+//! ADD follows the agent's order: the claims are recorded, the veths created, the ports
+//! registered (`POST /vm`), and only then does the agent have an IP configuration to give.
+//! Every effect that succeeds pushes its undo; a failure runs them in reverse ([`Undo`]).
+//!
+//! Registrations cannot be undone one VMI at a time, so the pod's registrations are kept equal
+//! to its state files: whatever removes a file re-registers the files that stay ([`release`]).
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnetwork::IpNetwork;
+use serde_json::Value;
 
 use crate::agent::Agent;
-use crate::cni::{self, Env, Error, Interface, Outcome, Result, code};
-use crate::config::NetConf;
-use crate::netlink::{self, Netlink, Netns, Route, Socket, VethEnd};
+use crate::cni::{self, Env, Interface, Outcome};
+use crate::config::{Mode, NetConf};
+use crate::error::{Error, Result};
+use crate::netlink::{Netns, Route, Socket, VethEnd};
 use crate::pod::Pod;
 use crate::state::{self, PodDir, Record, STATE_VERSION};
-use crate::vmi::{self, IpConfig, Mac, Vmi};
+use crate::vmi::{self, Attachment, IpConfig, Mac, Vmi, Wanted};
 
-pub fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
-    let what = format!("{what} {}", path.display());
-    move |e| Error::io(format!("{what}: {e}"))
+/// One CNI call's inputs, and what it acted on.
+pub struct Call<'a> {
+    pub env: &'a Env,
+    pub conf: &'a NetConf,
+    pub pod: Option<&'a Pod>,
+    /// The VMIs the call acted on, for its log line.
+    pub vmis: Vec<String>,
+}
+
+impl Call<'_> {
+    /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
+    /// plugin mode, every one in thick mode.
+    fn ifname(&self) -> Option<&str> {
+        match self.conf.contrail.mode {
+            Mode::Plugin => Some(&self.env.ifname),
+            #[cfg(feature = "thick")]
+            Mode::Thick => None,
+        }
+    }
+
+    fn covers(&self, r: &Record) -> bool {
+        r.container_id == self.env.container_id && self.ifname().is_none_or(|i| r.ifname == i)
+    }
+
+    /// The pod directory holding this call's attachments: from CNI_ARGS, else by scanning (a
+    /// DEL from a caller that sends no pod name). `None` when there is nothing to act on.
+    fn locate(&self) -> Result<Option<String>> {
+        let dir = &self.conf.contrail.config_dir;
+        let vm_name = match self.pod {
+            Some(p) => p.vm_name(&self.conf.contrail.cluster_name),
+            None => match state::find_pod(dir, &self.env.container_id, self.ifname())
+                .map_err(Error::io("searching", dir))?
+            {
+                Some(name) => name,
+                None => return Ok(None),
+            },
+        };
+        Ok(dir.join(&vm_name).is_dir().then_some(vm_name))
+    }
+
+    /// This call's records in the (locked) pod; older sandboxes' are left alone.
+    fn records(&mut self, pod: &PodDir) -> Result<Vec<Record>> {
+        let (records, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
+        let ours: Vec<Record> = records.into_iter().filter(|r| self.covers(r)).collect();
+        self.vmis.extend(ours.iter().map(|r| r.vmi_uuid.clone()));
+        Ok(ours)
+    }
 }
 
 /// Takes the pod's state lock (see [`PodDir::lock`]) and first finishes a resync that an
 /// earlier call left pending (it was killed, or the agent did not answer it).
 pub fn open_pod(agent: &Agent, conf: &NetConf, vm_name: &str) -> Result<PodDir> {
     let dir = &conf.contrail.config_dir;
-    let pod =
-        PodDir::lock(dir, vm_name).map_err(io_err("locking pod state in", &dir.join(vm_name)))?;
+    let pod = PodDir::lock(dir, vm_name)
+        .map_err(Error::io("locking pod state in", &dir.join(vm_name)))?;
     match pod.resync_pending() {
         Ok(Some(vm_uuid)) => {
             log::info!("pod {vm_name}: finishing an interrupted deregistration");
@@ -46,188 +94,404 @@ pub fn open_pod(agent: &Agent, conf: &NetConf, vm_name: &str) -> Result<PodDir> 
 /// Ends a critical section on the pod: the directory goes when nothing is left in it.
 pub fn close(pod: PodDir) -> Result<()> {
     let path = pod.path().to_path_buf();
-    pod.close().map_err(io_err("removing", &path))
+    pod.close().map_err(Error::io("removing", &path))
 }
 
-pub fn open_netns(path: &str) -> Result<Netns> {
+fn open_netns(path: &str) -> Result<Netns> {
     Netns::open(Path::new(path))
         .map_err(|e| Error::env("CNI_NETNS", format!("cannot open {path}: {e}")))
 }
 
-pub fn netlink() -> Result<Netlink> {
-    Netlink::new().map_err(|e| Error::new(code::INTERFACE, format!("opening netlink: {e}")))
+/// Runtimes and meta-plugins may ask for an IP or MAC; Contrail allocates both, so a request
+/// is logged and ignored (documented in the README), never silently honoured in part.
+fn warn_about_requests(conf: &NetConf, env: &Env) {
+    let sources = [
+        ("runtimeConfig", conf.runtime_config.as_ref()),
+        (
+            "args.cni",
+            conf.args
+                .as_ref()
+                .and_then(|a| a.get("cni"))
+                .and_then(Value::as_object),
+        ),
+    ];
+    for (section, value) in sources {
+        for key in ["ips", "mac"] {
+            if let Some(v) = value.and_then(|r| r.get(key)) {
+                log::warn!("ignoring {section}.{key} {v}: Contrail allocates addresses and MACs");
+            }
+        }
+    }
+    for kv in env
+        .args
+        .split(';')
+        .filter(|kv| kv.starts_with("IP=") || kv.starts_with("MAC="))
+    {
+        log::warn!("ignoring CNI_ARGS {kv}: Contrail allocates addresses and MACs");
+    }
 }
 
-/// The pod directory holding this sandbox's attachments (the one on `ifname`, or any): from
-/// CNI_ARGS, else by scanning (a DEL from a caller that sends no pod name). `None` when there
-/// is nothing to act on.
-pub fn locate(
-    conf: &NetConf,
-    env: &Env,
-    pod: Option<&Pod>,
-    ifname: Option<&str>,
-) -> Result<Option<String>> {
-    let dir = &conf.contrail.config_dir;
-    let vm_name = match pod {
-        Some(p) => p.vm_name(&conf.contrail.cluster_name),
-        None => match state::find_pod(dir, &env.container_id, ifname)
-            .map_err(io_err("searching", dir))?
-        {
-            Some(name) => name,
-            None => return Ok(None),
-        },
+/// What every step of one ADD works with.
+struct Add<'a> {
+    env: &'a Env,
+    conf: &'a NetConf,
+    agent: Agent,
+    netns: Netns,
+    host: Socket,
+    ctr: Socket,
+    vm_name: String,
+}
+
+/// One effect of an ADD that a failure undoes.
+enum Step {
+    /// A veth this call created, by its host name.
+    DeleteLink(String),
+    /// Claims this call recorded, with the registrations that may have followed.
+    Release(Vec<Record>),
+}
+
+/// The undo stack of one ADD.
+#[derive(Default)]
+struct Undo(Vec<Step>);
+
+impl Undo {
+    /// Runs the steps in reverse, keeping going after a failure, and returns `error` with
+    /// every failure of the rollback. Consecutive link deletions go in one request.
+    fn run(self, add: &mut Add, error: Error) -> Error {
+        let mut also = Vec::new();
+        let mut links: Vec<String> = Vec::new();
+        let mut steps = self.0.into_iter().rev().peekable();
+        while let Some(step) = steps.next() {
+            match step {
+                Step::DeleteLink(name) => links.push(name),
+                Step::Release(gone) => {
+                    let done = open_pod(&add.agent, add.conf, &add.vm_name).and_then(|pod| {
+                        release(&add.agent, &pod, &gone)?;
+                        close(pod)
+                    });
+                    also.extend(done.err());
+                }
+            }
+            if !links.is_empty() && !matches!(steps.peek(), Some(Step::DeleteLink(_))) {
+                let names: Vec<&str> = links.iter().map(String::as_str).collect();
+                let failed = add.host.delete_links(&names);
+                also.extend(failed.into_iter().map(|(_, e)| Error::from(e)));
+                links.clear();
+            }
+        }
+        for e in &also {
+            log::warn!("rollback: {e}");
+        }
+        if also.is_empty() {
+            error
+        } else {
+            Error::RolledBack {
+                error: Box::new(error),
+                also,
+            }
+        }
+    }
+}
+
+/// ADD: the attachments of the call (one, or every VMI of the pod), in the agent's order. On
+/// failure, what this call created is undone.
+pub fn add(call: &mut Call) -> Result<Outcome> {
+    let (env, conf) = (call.env, call.conf);
+    let pod = call.pod.ok_or_else(|| {
+        Error::env(
+            "CNI_ARGS",
+            "K8S_POD_NAME is missing; ADD needs the pod's name",
+        )
+    })?;
+    warn_about_requests(conf, env);
+    let netns = open_netns(&env.netns)?;
+    let mut add = Add {
+        env,
+        conf,
+        agent: Agent::new(&conf.contrail),
+        host: Socket::host()?,
+        ctr: Socket::open(&netns)?,
+        netns,
+        vm_name: pod.vm_name(&conf.contrail.cluster_name),
     };
-    Ok(dir.join(&vm_name).is_dir().then_some(vm_name))
+    let vmis = add.agent.wait_for_pod(&add.vm_name)?;
+    let mut undo = Undo::default();
+    match add.steps(&vmis, &mut undo, &mut call.vmis) {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            log::warn!("ADD failed, rolling back: {e}");
+            Err(undo.run(&mut add, e))
+        }
+    }
+}
+
+impl Add<'_> {
+    fn steps(&mut self, vmis: &[Vmi], undo: &mut Undo, noted: &mut Vec<String>) -> Result<Outcome> {
+        let records = self.claim(vmis, undo)?;
+        noted.extend(records.iter().map(|r| r.vmi_uuid.clone()));
+        crate::crash::point("claimed");
+        for r in &records {
+            create_veth(&mut self.host, self.conf.contrail.mtu, r, &self.netns)?;
+            undo.0.push(Step::DeleteLink(r.host_ifname.clone()));
+        }
+        crate::crash::point("veth");
+        for r in &records {
+            self.agent.register(&port(r)?)?;
+        }
+        crate::crash::point("registered");
+        let ips = self.wait_for_ips(&records)?;
+        crate::crash::point("ip");
+        let mut outcomes = Vec::with_capacity(records.len());
+        for (r, ip) in records.iter().zip(&ips) {
+            let plan = plan(self.conf, r, ip);
+            outcomes.push(configure(&mut self.host, &mut self.ctr, &plan)?);
+        }
+        crate::crash::point("addressed");
+        self.still_held(&records)?;
+        // Thick mode's runtime knows only the first interface: the result describes it alone.
+        outcomes
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::NoVmi(format!("pod {} has no VMIs", self.vm_name)))
+    }
+
+    /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod
+    /// never take the same VMI, and a crash after this point leaves records DEL acts on. A
+    /// claim this sandbox holds already is an interrupted ADD's, whose interface is replaced
+    /// and whose claim stays if this one fails; a new one needs its name free in the pod.
+    fn claim(&mut self, vmis: &[Vmi], undo: &mut Undo) -> Result<Vec<Record>> {
+        let pod = open_pod(&self.agent, self.conf, &self.vm_name)?;
+        match self.record_claims(&pod, vmis) {
+            Ok((records, fresh)) => {
+                undo.0.push(Step::Release(fresh));
+                Ok(records)
+            }
+            Err(e) => {
+                close(pod)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The records of the chosen VMIs, written, and the ones this call newly claimed.
+    fn record_claims(&mut self, pod: &PodDir, vmis: &[Vmi]) -> Result<(Vec<Record>, Vec<Record>)> {
+        let (held, unreadable) = pod.records().map_err(Error::io("reading", pod.path()))?;
+        for u in &unreadable {
+            log::warn!(
+                "leaving unreadable state file {} alone: {}",
+                u.path.display(),
+                u.why
+            );
+        }
+        let wanted = self.choose(vmis, &held, &unreadable)?;
+        let cid = &self.env.container_id;
+        let is_new = |w: &Wanted| {
+            !held
+                .iter()
+                .any(|h| h.vmi_uuid == w.vmi.uuid && h.is(cid, &w.ifname))
+        };
+        let new_names: Vec<&str> = wanted
+            .iter()
+            .filter(|w| is_new(w))
+            .map(|w| w.ifname.as_str())
+            .collect();
+        check_free(&mut self.ctr, &self.netns, &new_names)?;
+        let (mut records, mut fresh) = (Vec::new(), Vec::new());
+        for w in &wanted {
+            if let Some(old) = held
+                .iter()
+                .find(|h| h.vmi_uuid == w.vmi.uuid && h.container_id != *cid)
+            {
+                log::info!(
+                    "VMI {} was held by older sandbox {} as {}: taking it over",
+                    w.vmi.uuid,
+                    old.container_id,
+                    old.ifname
+                );
+            }
+            let record = record(self.env, &self.vm_name, w);
+            pod.write(&record)
+                .map_err(Error::io("writing state in", pod.path()))?;
+            if is_new(w) {
+                fresh.push(record.clone());
+            }
+            records.push(record);
+        }
+        Ok((records, fresh))
+    }
+
+    /// The VMIs this call sets up, by mode.
+    fn choose<'v>(
+        &self,
+        vmis: &'v [Vmi],
+        held: &[Record],
+        unreadable: &[state::Unreadable],
+    ) -> Result<Vec<Wanted<'v>>> {
+        match self.conf.contrail.mode {
+            Mode::Plugin => {
+                let network = &self.conf.network;
+                let claims: Vec<_> = held
+                    .iter()
+                    .map(Record::claim)
+                    .chain(unreadable.iter().map(|u| u.claim()))
+                    .collect();
+                // Only a network attached more than once needs the agent's view to tell VMIs
+                // apart. Asked under the lock, after open_pod settled the pod, so that it
+                // matches the files.
+                let on_network: Vec<&str> = vmis
+                    .iter()
+                    .filter(|v| v.network == *network)
+                    .map(|v| v.uuid.as_str())
+                    .collect();
+                let registered = match (on_network.len(), vmis.first()) {
+                    (2.., Some(v)) => self.agent.registered(&v.vm_uuid, &on_network),
+                    _ => Vec::new(),
+                };
+                let at = Attachment {
+                    network,
+                    container_id: &self.env.container_id,
+                    ifname: &self.env.ifname,
+                };
+                let wanted = vmi::for_attachment(at, vmis, &claims, &registered)
+                    .map_err(|why| why.error(network, &self.vm_name))?;
+                log::debug!(
+                    "{} resolved to VMI {} (index {})",
+                    wanted.ifname,
+                    wanted.vmi.uuid,
+                    wanted.vmi.index
+                );
+                Ok(vec![wanted])
+            }
+            #[cfg(feature = "thick")]
+            Mode::Thick => vmi::for_pod(vmis, &self.env.ifname),
+        }
+    }
+
+    /// Waits for the IP configuration of every record; a DEL of one of them meanwhile (a
+    /// runtime that gave up) removed its record and its registration, and ends the wait.
+    fn wait_for_ips(&self, records: &[Record]) -> Result<Vec<IpConfig>> {
+        let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
+        let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
+        let dir = &self.conf.contrail.config_dir;
+        let abandoned = || {
+            let gone = records.iter().find(|r| !state::exists(dir, r))?;
+            Some(deleted_meanwhile(gone))
+        };
+        self.agent.wait_for_ips(vm_uuid, &uuids, abandoned)
+    }
+
+    /// A DEL that came after the wait removed a claim: then the ADD is undone rather than
+    /// leave an interface no record knows.
+    fn still_held(&self, records: &[Record]) -> Result<()> {
+        let pod = open_pod(&self.agent, self.conf, &self.vm_name)?;
+        let (held, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
+        match records.iter().find(|r| !held.contains(r)) {
+            Some(gone) => Err(deleted_meanwhile(gone)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn deleted_meanwhile(r: &Record) -> Error {
+    Error::Interface(format!("{} was deleted while it was being added", r.ifname))
+}
+
+/// DEL: the call's attachments (the one on CNI_IFNAME, or the sandbox's in thick mode).
+/// Nothing recorded for them (a repeated DEL, a failed ADD already rolled back, an older
+/// sandbox's late DEL) is success.
+pub fn del(call: &mut Call) -> Result<()> {
+    let Some(vm_name) = call.locate()? else {
+        return Ok(());
+    };
+    let agent = Agent::new(&call.conf.contrail);
+    let pod = open_pod(&agent, call.conf, &vm_name)?;
+    let records = call.records(&pod)?;
+    let dropped = drop_attachments(&agent, &pod, &records);
+    close(pod)?;
+    dropped
+}
+
+/// Deletes the records' veths (by host name: it works when the netns is gone) and releases
+/// the records whose veth is gone. A veth that cannot be deleted keeps its record, for the
+/// next DEL; the first such failure is returned, every one logged.
+pub fn drop_attachments(agent: &Agent, pod: &PodDir, records: &[Record]) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = records.iter().map(|r| r.host_ifname.as_str()).collect();
+    let failed = Socket::host()?.delete_links(&names);
+    crate::crash::point("unlinked");
+    let gone: Vec<Record> = records
+        .iter()
+        .filter(|r| !failed.iter().any(|(name, _)| *name == r.host_ifname))
+        .cloned()
+        .collect();
+    release(agent, pod, &gone)?;
+    for (name, e) in &failed {
+        log::warn!("could not delete {name}: {e}");
+    }
+    match failed.into_iter().next() {
+        Some((_, e)) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// CHECK: each attachment of the call is as ADD left it, and the agent still has it.
+pub fn check(call: &mut Call) -> Result<()> {
+    let missing = |call: &Call| {
+        let on = call
+            .ifname()
+            .map(|i| format!(" interface {i}"))
+            .unwrap_or_default();
+        Error::Check(format!(
+            "no attachment is recorded for container {}{on}",
+            call.env.container_id
+        ))
+    };
+    let vm_name = call.locate()?.ok_or_else(|| missing(call))?;
+    let agent = Agent::new(&call.conf.contrail);
+    let records = {
+        let pod = open_pod(&agent, call.conf, &vm_name)?;
+        let records = call.records(&pod)?;
+        close(pod)?;
+        records
+    };
+    if records.is_empty() {
+        return Err(missing(call));
+    }
+    let netns = open_netns(&call.env.netns)?;
+    let (mut host, mut ctr) = (Socket::host()?, Socket::open(&netns)?);
+    records
+        .iter()
+        .try_for_each(|r| verify(&agent, call.conf, &mut host, &mut ctr, r))
 }
 
 /// The state record of one attachment: the agent's POST /vm body plus ours.
-pub fn record(env: &Env, vm_name: &str, vmi: &Vmi, ifname: &str, default_gw: bool) -> Record {
-    crate::logging::note_vmi(&vmi.uuid);
+fn record(env: &Env, vm_name: &str, w: &Wanted) -> Record {
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
+    let vmi = w.vmi;
     Record {
         time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
         container_id: env.container_id.clone(),
         vm_uuid: vmi.vm_uuid.clone(),
         vm_name: vm_name.to_string(),
         host_ifname: vmi::host_ifname(&vmi.uuid),
-        ifname: ifname.to_string(),
+        ifname: w.ifname.clone(),
         netns: env.netns.clone(),
         vn_uuid: vmi.vn_uuid.clone(),
         vmi_uuid: vmi.uuid.clone(),
         state_version: STATE_VERSION.to_string(),
         network: vmi.network.clone(),
         mac: vmi.mac.to_string(),
-        default_gw: default_gw.to_string(),
+        default_gw: w.default_gw,
     }
 }
 
 /// The registration body of a record.
-pub fn port(record: &Record) -> Result<serde_json::Value> {
-    serde_json::to_value(record).map_err(|e| Error::new(code::INTERNAL, e.to_string()))
-}
-
-fn plan<'a>(conf: &NetConf, record: &'a Record, ip: &'a IpConfig) -> Plan<'a> {
-    Plan {
-        host_ifname: &record.host_ifname,
-        ifname: &record.ifname,
-        netns_path: &record.netns,
-        // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
-        mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
-        mtu: conf.contrail.mtu,
-        ip,
-        default_route: record.default_gw == "true",
-    }
-}
-
-/// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:
-/// another attachment owns that name.
-pub fn check_free(nl: &Netlink, netns: &Netns, ifnames: &[&str]) -> Result<()> {
-    let ctr = nl.open(netns).map_err(link_err)?;
-    for name in ifnames {
-        if ctr.link(name).map_err(link_err)?.is_some() {
-            return Err(Error::new(
-                code::INTERFACE,
-                format!(
-                    "interface {name} already exists in {}; another attachment owns that name",
-                    netns.path().display()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Brings claimed attachments up, in the agent's order: every veth (with the VMI's MAC and the
-/// MTU), every registration, then the wait for the IP configuration (which the agent only has
-/// for a registered port), then addresses and routes. One outcome per record. On failure no
-/// interface of the records is left; claims and registrations are the caller's to release.
-pub fn bring_up(
-    agent: &Agent,
-    conf: &NetConf,
-    nl: &Netlink,
-    netns: &Netns,
-    records: &[Record],
-) -> Result<Vec<Outcome>> {
-    let host = nl.host().map_err(link_err)?;
-    let ctr = nl.open(netns).map_err(link_err)?;
-    let mut created = Vec::new();
-    let result = (|| {
-        for r in records {
-            create_veth(&host, conf.contrail.mtu, r, netns)?;
-            created.push(r.host_ifname.as_str());
-        }
-        crate::crash::point("veth");
-        for r in records {
-            agent.register(&port(r)?)?;
-        }
-        crate::crash::point("registered");
-        let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
-        let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
-        // A DEL of the attachment meanwhile (a runtime that gave up) removed its record and
-        // its registration: then no IP configuration will come.
-        let abandoned = || {
-            let gone = records
-                .iter()
-                .find(|r| !state::exists(&conf.contrail.config_dir, r))?;
-            Some(Error::new(
-                code::INTERFACE,
-                format!("{} was deleted while it was being added", gone.ifname),
-            ))
-        };
-        let ips = agent.wait_for_ips(vm_uuid, &uuids, abandoned)?;
-        crate::crash::point("ip");
-        let outcomes = records
-            .iter()
-            .zip(&ips)
-            .map(|(r, ip)| configure(&host, &ctr, &plan(conf, r, ip)))
-            .collect::<Result<Vec<_>>>()?;
-        crate::crash::point("addressed");
-        Ok(outcomes)
-    })();
-    if result.is_err() {
-        for name in created {
-            if let Err(e) = host.delete_link(name) {
-                log::warn!("rollback: could not delete {name}: {e}");
-            }
-        }
-    }
-    result
-}
-
-/// CHECK of one attachment: the agent still has the port under our host name with its IP
-/// configuration, and the interfaces are as [`bring_up`] left them.
-pub fn verify(
-    agent: &Agent,
-    conf: &NetConf,
-    nl: &Netlink,
-    netns: &Netns,
-    record: &Record,
-) -> Result<()> {
-    let fail = |msg: String| Error::new(code::CHECK_FAILED, msg);
-    let ip = agent
-        .ip_config(
-            &record.vm_uuid,
-            &record.vmi_uuid,
-            conf.contrail.poll_timeout,
-        )?
-        .ok_or_else(|| {
-            fail(format!(
-                "the agent has no IP configuration for VMI {} of pod {}, which this node \
-                 registered as {}: the agent lost the port or its network has no IPAM",
-                record.vmi_uuid, record.vm_name, record.host_ifname
-            ))
-        })?;
-    if ip.registered_as.as_deref() != Some(record.host_ifname.as_str()) {
-        return Err(fail(format!(
-            "the agent has VMI {} registered as {:?}, not {}",
-            record.vmi_uuid,
-            ip.registered_as.as_deref().unwrap_or("nothing"),
-            record.host_ifname
-        )));
-    }
-    check(nl, netns, &plan(conf, record, &ip))
+fn port(record: &Record) -> Result<Value> {
+    serde_json::to_value(record).map_err(|e| Error::Internal(e.to_string()))
 }
 
 /// Removes records from the (locked) pod directory and brings the agent in line: the marker
@@ -239,11 +503,11 @@ pub fn release(agent: &Agent, pod: &PodDir, gone: &[Record]) -> Result<()> {
         return Ok(());
     };
     pod.mark_resync(&first.vm_uuid)
-        .map_err(io_err("writing state in", pod.path()))?;
+        .map_err(Error::io("writing state in", pod.path()))?;
     crate::crash::point("marked");
     for r in gone {
         pod.remove(&r.vmi_uuid)
-            .map_err(io_err("removing state in", pod.path()))?;
+            .map_err(Error::io("removing state in", pod.path()))?;
     }
     crate::crash::point("forgotten");
     settle(agent, pod, &first.vm_uuid);
@@ -253,12 +517,13 @@ pub fn release(agent: &Agent, pod: &PodDir, gone: &[Record]) -> Result<()> {
 /// Makes the agent's registrations for the pod exactly its files' (see [`Agent::resync`]) and
 /// clears the marker; on failure the marker stays.
 fn settle(agent: &Agent, pod: &PodDir, vm_uuid: &str) {
-    let ports = pod.ports().map_err(io_err("reading", pod.path()));
-    let done = ports
+    let done = pod
+        .ports()
+        .map_err(Error::io("reading", pod.path()))
         .and_then(|ports| agent.resync(vm_uuid, &ports))
         .and_then(|()| {
             pod.clear_resync()
-                .map_err(io_err("removing the resync marker in", pod.path()))
+                .map_err(Error::io("removing the resync marker in", pod.path()))
         });
     if let Err(e) = done {
         log::warn!(
@@ -269,30 +534,44 @@ fn settle(agent: &Agent, pod: &PodDir, vm_uuid: &str) {
     }
 }
 
-/// Undoes claims after a failed ADD. Errors are logged: the caller is already failing.
-pub fn undo(agent: &Agent, conf: &NetConf, vm_name: &str, gone: &[Record]) {
-    let done = open_pod(agent, conf, vm_name)
-        .and_then(|pod| release(agent, &pod, gone).and_then(|()| close(pod)));
-    if let Err(e) = done {
-        log::warn!("rollback of the claims of pod {vm_name}: {e}");
+/// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:
+/// another attachment owns that name.
+fn check_free(ctr: &mut Socket, netns: &Netns, ifnames: &[&str]) -> Result<()> {
+    for name in ifnames {
+        if ctr.link(name)?.is_some() {
+            return Err(Error::Interface(format!(
+                "interface {name} already exists in {}; another attachment owns that name",
+                netns.path().display()
+            )));
+        }
     }
+    Ok(())
 }
 
 /// Everything needed to build one interface: plain data, decided before any effect.
 #[derive(Debug, Clone)]
 struct Plan<'a> {
-    pub host_ifname: &'a str,
-    pub ifname: &'a str,
-    pub netns_path: &'a str,
-    pub mac: Mac,
-    pub mtu: u32,
-    pub ip: &'a IpConfig,
+    host_ifname: &'a str,
+    ifname: &'a str,
+    netns_path: &'a str,
+    mac: Mac,
+    mtu: u32,
+    ip: &'a IpConfig,
     /// Whether this interface carries the pod's default route.
-    pub default_route: bool,
+    default_route: bool,
 }
 
-fn link_err(e: netlink::Error) -> Error {
-    Error::new(code::INTERFACE, e.to_string())
+fn plan<'a>(conf: &NetConf, record: &'a Record, ip: &'a IpConfig) -> Plan<'a> {
+    Plan {
+        host_ifname: &record.host_ifname,
+        ifname: &record.ifname,
+        netns_path: &record.netns,
+        // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
+        mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
+        mtu: conf.contrail.mtu,
+        ip,
+        default_route: record.default_gw,
+    }
 }
 
 /// An IPv6 network must carry at least 1280 bytes; say so before creating anything rather
@@ -353,13 +632,13 @@ fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
 }
 
 /// Creates the VMI's veth: the host end by its derived name, the container end directly in the
-/// pod's netns with the VMI's MAC; both up.
-fn create_veth(host: &Socket, mtu: u32, record: &Record, netns: &Netns) -> Result<()> {
+/// pod's netns with the VMI's MAC; the host end up.
+fn create_veth(host: &mut Socket, mtu: u32, record: &Record, netns: &Netns) -> Result<()> {
     let mac = Mac::parse(&record.mac).ok_or_else(|| {
-        Error::new(
-            code::INTERNAL,
-            format!("state record of VMI {} has no MAC", record.vmi_uuid),
-        )
+        Error::Internal(format!(
+            "state record of VMI {} has no MAC",
+            record.vmi_uuid
+        ))
     })?;
     let host_end = VethEnd {
         name: &record.host_ifname,
@@ -376,40 +655,32 @@ fn create_veth(host: &Socket, mtu: u32, record: &Record, netns: &Netns) -> Resul
         // of an earlier sandbox or a crashed ADD whose DEL never came. Replace it.
         Err(e) if e.is_exists() => {
             log::info!("replacing leftover host interface {}", record.host_ifname);
-            host.delete_link(&record.host_ifname).map_err(link_err)?;
-            host.create_veth(&host_end, &peer, netns).map_err(link_err)
+            host.delete_link(&record.host_ifname)?;
+            host.create_veth(&host_end, &peer, netns)
         }
-        other => other.map_err(link_err),
+        other => other,
     }?;
-    let up = host
-        .link(&record.host_ifname)
-        .map_err(link_err)?
-        .map(|l| host.set_up(l.index));
-    match up {
-        Some(r) => r.map_err(link_err),
-        None => Err(vanished(&record.host_ifname)),
-    }
+    let link = host
+        .link(&record.host_ifname)?
+        .ok_or_else(|| vanished(&record.host_ifname))?;
+    Ok(host.set_up(link.index)?)
 }
 
 fn vanished(name: &str) -> Error {
-    Error::new(
-        code::INTERFACE,
-        format!("interface {name} vanished right after creation"),
-    )
+    Error::Interface(format!("interface {name} vanished right after creation"))
 }
 
 /// Configures a created, registered interface with the agent's IP configuration: container
 /// end up, addresses, routes; the outcome for the result.
-fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
+fn configure(host: &mut Socket, ctr: &mut Socket, plan: &Plan) -> Result<Outcome> {
     check_mtu(plan)?;
     let link = ctr
-        .link(plan.ifname)
-        .map_err(link_err)?
+        .link(plan.ifname)?
         .ok_or_else(|| vanished(plan.ifname))?;
-    ctr.set_up(link.index).map_err(link_err)?;
+    ctr.set_up(link.index)?;
     let addresses = plan.ip.addresses();
     for addr in &addresses {
-        ctr.add_addr(link.index, *addr).map_err(link_err)?;
+        ctr.add_addr(link.index, *addr)?;
     }
     let (on_link, mut default) = routes(plan);
     // A network attached twice has one gateway for both interfaces: each gets its own host
@@ -419,8 +690,7 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
             dst: r.dst,
             gateway: None,
             oif: Some(link.index),
-        })
-        .map_err(link_err)?;
+        })?;
     }
     // Another plugin's interface (the cluster network under CNI-Genie, say) may already carry
     // the pod's default route: it stays theirs, and ours is left out of the result.
@@ -441,12 +711,10 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
             dst: r.dst,
             gateway: r.gw,
             oif: Some(link.index),
-        })
-        .map_err(link_err)?;
+        })?;
     }
     let host_link = host
-        .link(plan.host_ifname)
-        .map_err(link_err)?
+        .link(plan.host_ifname)?
         .ok_or_else(|| vanished(plan.host_ifname))?;
     let ips = addresses
         .iter()
@@ -484,8 +752,8 @@ fn configure(host: &Socket, ctr: &Socket, plan: &Plan) -> Result<Outcome> {
 }
 
 /// The interface index of a default route of `dst`'s family on another interface than ours.
-fn other_default(ctr: &Socket, dst: IpNetwork, ours: u32) -> Result<Option<u32>> {
-    let routes = ctr.routes(dst.is_ipv6()).map_err(link_err)?;
+fn other_default(ctr: &mut Socket, dst: IpNetwork, ours: u32) -> Result<Option<u32>> {
+    let routes = ctr.routes(dst.is_ipv6())?;
     Ok(routes
         .iter()
         .filter(|r| r.dst == dst)
@@ -493,12 +761,43 @@ fn other_default(ctr: &Socket, dst: IpNetwork, ours: u32) -> Result<Option<u32>>
         .find(|oif| *oif != ours))
 }
 
-/// Verifies that the container still has what [`setup`] created.
-fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
-    let fail = |what: String| Error::new(code::CHECK_FAILED, what);
-    let host = nl.host().map_err(link_err)?;
-    let ctr = nl.open(netns).map_err(link_err)?;
-    let link = ctr.link(plan.ifname).map_err(link_err)?.ok_or_else(|| {
+/// CHECK of one attachment: the agent still has the port under our host name with its IP
+/// configuration, and the interfaces are as ADD left them.
+fn verify(
+    agent: &Agent,
+    conf: &NetConf,
+    host: &mut Socket,
+    ctr: &mut Socket,
+    record: &Record,
+) -> Result<()> {
+    let ip = agent
+        .ip_config(
+            &record.vm_uuid,
+            &record.vmi_uuid,
+            conf.contrail.poll_timeout,
+        )?
+        .ok_or_else(|| {
+            Error::Check(format!(
+                "the agent has no IP configuration for VMI {} of pod {}, which this node \
+                 registered as {}: the agent lost the port or its network has no IPAM",
+                record.vmi_uuid, record.vm_name, record.host_ifname
+            ))
+        })?;
+    if ip.registered_as.as_deref() != Some(record.host_ifname.as_str()) {
+        return Err(Error::Check(format!(
+            "the agent has VMI {} registered as {:?}, not {}",
+            record.vmi_uuid,
+            ip.registered_as.as_deref().unwrap_or("nothing"),
+            record.host_ifname
+        )));
+    }
+    check_interfaces(host, ctr, &plan(conf, record, &ip))
+}
+
+/// Verifies that the container still has what [`configure`] made.
+fn check_interfaces(host: &mut Socket, ctr: &mut Socket, plan: &Plan) -> Result<()> {
+    let fail = |what: String| Error::Check(what);
+    let link = ctr.link(plan.ifname)?.ok_or_else(|| {
         fail(format!(
             "interface {} is missing from {}",
             plan.ifname, plan.netns_path
@@ -514,7 +813,7 @@ fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
     if !link.up {
         return Err(fail(format!("interface {} is down", plan.ifname)));
     }
-    let have = ctr.addrs(link.index).map_err(link_err)?;
+    let have = ctr.addrs(link.index)?;
     for want in plan.ip.addresses() {
         if !have.contains(&want) {
             return Err(fail(format!(
@@ -524,29 +823,25 @@ fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
         }
     }
     let (on_link, default) = routes(plan);
-    if !on_link.is_empty() {
-        let have = ctr.routes(false).map_err(link_err)?;
-        let have6 = ctr.routes(true).map_err(link_err)?;
-        for want in &on_link {
-            let found = have
-                .iter()
-                .chain(&have6)
-                .any(|r| r.dst == want.dst && r.gateway.is_none() && r.oif == Some(link.index));
-            if !found {
-                return Err(fail(format!(
-                    "the route to gateway {} on {} is missing",
-                    want.dst.ip(),
-                    plan.ifname
-                )));
-            }
+    for want in &on_link {
+        let found = ctr
+            .routes(want.dst.is_ipv6())?
+            .iter()
+            .any(|r| r.dst == want.dst && r.gateway.is_none() && r.oif == Some(link.index));
+        if !found {
+            return Err(fail(format!(
+                "the route to gateway {} on {} is missing",
+                want.dst.ip(),
+                plan.ifname
+            )));
         }
     }
     for want in default {
-        let routes = ctr.routes(want.dst.is_ipv6()).map_err(link_err)?;
+        let routes = ctr.routes(want.dst.is_ipv6())?;
         let ours = routes
             .iter()
             .any(|r| r.dst == want.dst && r.gateway == want.gw && r.oif == Some(link.index));
-        if !ours && other_default(&ctr, want.dst, link.index)?.is_none() {
+        if !ours && other_default(ctr, want.dst, link.index)?.is_none() {
             return Err(fail(format!(
                 "the default route via {} on {} is missing",
                 want.gw.map(|g| g.to_string()).unwrap_or_default(),
@@ -554,20 +849,13 @@ fn check(nl: &Netlink, netns: &Netns, plan: &Plan) -> Result<()> {
             )));
         }
     }
-    if host.link(plan.host_ifname).map_err(link_err)?.is_none() {
+    if host.link(plan.host_ifname)?.is_none() {
         return Err(fail(format!(
             "host interface {} is missing",
             plan.host_ifname
         )));
     }
     Ok(())
-}
-
-/// Removes the veth by its host name (which removes both ends, wherever the container end
-/// is); `Ok` when it is already gone, as after a node reboot or with the netns deleted.
-pub fn teardown(nl: &Netlink, host_ifname: &str) -> Result<()> {
-    let host = nl.host().map_err(link_err)?;
-    host.delete_link(host_ifname).map(|_| ()).map_err(link_err)
 }
 
 #[cfg(test)]
@@ -652,8 +940,8 @@ mod tests {
     fn v6_needs_1280() {
         let v6 = ip(None, None, Some("fd00::3/64"), None);
         assert_eq!(
-            check_mtu(&plan(&v6, false, 1279)).unwrap_err().code,
-            code::INVALID_CONFIG
+            check_mtu(&plan(&v6, false, 1279)).unwrap_err().code(),
+            crate::error::code::INVALID_CONFIG
         );
         assert!(check_mtu(&plan(&v6, false, 1280)).is_ok());
         let v4 = ip(Some("10.1.0.3/24"), None, None, None);

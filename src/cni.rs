@@ -3,11 +3,12 @@
 //! Owned here rather than taken from the `cni-plugin` crate, which rejects cniVersion 0.3.x, GC
 //! and STATUS and drops 1.1 result fields (see the README's dependency notes).
 
-use std::fmt;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+use crate::error::{Error, Result};
 
 /// Every version this plugin speaks, oldest first; VERSION reports them in this order.
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -76,77 +77,6 @@ impl Command {
         }
     }
 }
-
-/// Reserved CNI error codes, and this plugin's own (100 and up).
-pub mod code {
-    pub const INCOMPATIBLE_VERSION: u32 = 1;
-    pub const INVALID_ENV: u32 = 4;
-    pub const IO: u32 = 5;
-    pub const DECODE: u32 = 6;
-    pub const INVALID_CONFIG: u32 = 7;
-    pub const TRY_AGAIN_LATER: u32 = 11;
-    /// STATUS: the plugin cannot serve ADD (the agent is unreachable).
-    pub const NOT_AVAILABLE: u32 = 50;
-    /// A panic caught before it reached the caller.
-    pub const INTERNAL: u32 = 100;
-    /// The agent knows the pod but none of its VMIs fits this attachment.
-    pub const NO_VMI: u32 = 101;
-    /// Creating or configuring the interface failed.
-    pub const INTERFACE: u32 = 102;
-    /// CHECK found the attachment different from what ADD created.
-    pub const CHECK_FAILED: u32 = 103;
-}
-
-/// A CNI error object: what every failure prints on stdout.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error {
-    pub code: u32,
-    pub msg: String,
-}
-
-impl Error {
-    pub fn new(code: u32, msg: impl Into<String>) -> Error {
-        Error {
-            code,
-            msg: msg.into(),
-        }
-    }
-
-    /// Code 4, naming the variable.
-    pub fn env(var: &str, why: impl fmt::Display) -> Error {
-        Error::new(code::INVALID_ENV, format!("{var}: {why}"))
-    }
-
-    /// Code 7, naming the key.
-    pub fn config(key: &str, why: impl fmt::Display) -> Error {
-        Error::new(
-            code::INVALID_CONFIG,
-            format!("invalid network config: {key}: {why}"),
-        )
-    }
-
-    pub fn decode(what: impl fmt::Display) -> Error {
-        Error::new(code::DECODE, what.to_string())
-    }
-
-    pub fn io(what: impl fmt::Display) -> Error {
-        Error::new(code::IO, what.to_string())
-    }
-
-    pub fn to_json(&self, version: &str) -> Value {
-        json!({"cniVersion": version, "code": self.code, "msg": self.msg})
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (code {})", self.msg, self.code)
-    }
-}
-
-impl std::error::Error for Error {}
-
-pub type Result<T> = std::result::Result<T, Error>;
 
 /// The VERSION answer.
 pub fn version_info(requested: Option<&str>) -> Value {
@@ -248,17 +178,12 @@ impl Outcome {
 /// Appends this plugin's result to the previous plugin's in a chain: its interfaces, IPs (their
 /// `interface` indexes shifted past the earlier interfaces), routes and nameservers. The earlier
 /// entries are re-shaped for `version` (`ips[].version` before 1.0.0 only).
-pub fn chain(prev: &Value, ours: Value, version: Version) -> Value {
-    let list = |v: &Value, key: &str| {
-        v.get(key)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let mut interfaces = list(prev, "interfaces");
+pub fn chain(prev: &Map<String, Value>, ours: Value, version: Version) -> Value {
+    let list = |v: Option<&Value>| v.and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut interfaces = list(prev.get("interfaces"));
     let offset = interfaces.len() as u64;
-    interfaces.extend(list(&ours, "interfaces"));
-    let mut ips = list(prev, "ips");
+    interfaces.extend(list(ours.get("interfaces")));
+    let mut ips = list(prev.get("ips"));
     for ip in &mut ips {
         if version >= Version::V100 {
             ip.as_object_mut().map(|o| o.remove("version"));
@@ -270,21 +195,21 @@ pub fn chain(prev: &Value, ours: Value, version: Version) -> Value {
             ip["version"] = json!(if v6 { "6" } else { "4" });
         }
     }
-    for mut ip in list(&ours, "ips") {
+    for mut ip in list(ours.get("ips")) {
         if let Some(i) = ip.get("interface").and_then(Value::as_u64) {
             ip["interface"] = json!(i + offset);
         }
         ips.push(ip);
     }
-    let mut routes = list(prev, "routes");
-    routes.extend(list(&ours, "routes"));
+    let mut routes = list(prev.get("routes"));
+    routes.extend(list(ours.get("routes")));
     let mut dns = prev
         .get("dns")
         .cloned()
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    let mut servers = list(&dns, "nameservers");
-    for s in list(&ours["dns"], "nameservers") {
+    let mut servers = list(dns.get("nameservers"));
+    for s in list(ours["dns"].get("nameservers")) {
         if !servers.contains(&s) {
             servers.push(s);
         }
@@ -465,8 +390,12 @@ mod tests {
         ];
         for (var, value) in cases {
             let err = env_with(var, value).unwrap_err();
-            assert_eq!(err.code, code::INVALID_ENV, "{var}={value:?}");
-            assert!(err.msg.starts_with(var), "{var}: {}", err.msg);
+            assert_eq!(
+                err.code(),
+                crate::error::code::INVALID_ENV,
+                "{var}={value:?}"
+            );
+            assert!(err.to_string().starts_with(var), "{var}: {err}");
         }
     }
 
@@ -514,7 +443,11 @@ mod tests {
             "ips": [{"version": "4", "address": "10.244.0.2/24", "gateway": "10.244.0.1", "interface": 1}],
             "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.0.1"}],
             "dns": {"nameservers": ["10.1.0.2"], "search": ["svc"]}});
-        let merged = chain(&prev, outcome().to_json(Version::V100), Version::V100);
+        let merged = chain(
+            prev.as_object().unwrap(),
+            outcome().to_json(Version::V100),
+            Version::V100,
+        );
         assert_eq!(merged["interfaces"].as_array().unwrap().len(), 4);
         assert_eq!(merged["interfaces"][3]["name"], "net1");
         let ips = merged["ips"].as_array().unwrap();
@@ -534,7 +467,9 @@ mod tests {
             json!({"nameservers": ["10.1.0.2"], "search": ["svc"]})
         );
         let old = chain(
-            &json!({"ips": [{"address": "fd00::2/64", "interface": 0}]}),
+            json!({"ips": [{"address": "fd00::2/64", "interface": 0}]})
+                .as_object()
+                .unwrap(),
             outcome().to_json(Version::V031),
             Version::V031,
         );
@@ -622,15 +557,6 @@ mod tests {
             json!({"dst": "0.0.0.0/0", "gw": "10.1.0.1"})
         );
         assert_eq!(j["dns"]["nameservers"][0], "10.1.0.2");
-    }
-
-    #[test]
-    fn error_object_has_code_and_message() {
-        let e = Error::config("contrail.mtu", "must be 68..=65535");
-        let j = e.to_json("0.3.1");
-        assert_eq!(j["code"], 7);
-        assert_eq!(j["cniVersion"], "0.3.1");
-        assert!(j["msg"].as_str().unwrap().contains("contrail.mtu"));
     }
 
     #[test]

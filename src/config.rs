@@ -1,15 +1,21 @@
-//! Network configuration: the standard CNI fields plus the legacy `contrail` section, merged
-//! over node-wide defaults from the CNI config directory.
+//! Network configuration: the standard CNI fields plus the legacy `contrail` section, merged key
+//! by key over node-wide defaults from the CNI config directory. Decoded by serde into typed
+//! layers (one per source, so that every error names the key and the file it came from), then
+//! merged and validated.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use log::LevelFilter;
-use serde_json::Value;
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde_json::{Map, Value};
 
-use crate::cni::{Error, Result, Version, code, valid_name};
+use crate::cni::{Version, valid_name};
+use crate::error::{Error, Result};
 
 pub const DEFAULT_NODE_CONF_DIR: &str = "/etc/cni/net.d";
 /// Overrides [`DEFAULT_NODE_CONF_DIR`]; meant for tests and unusual installs.
@@ -21,7 +27,8 @@ const DEFAULT_NETWORK_NAMES: [&str; 2] = ["", "contrail-k8s-cni"];
 pub enum Mode {
     /// One attachment per call (Multus, CNI-Genie): the default.
     Plugin,
-    /// All of a pod's interfaces in one call; needs the `thick` build feature.
+    /// All of a pod's interfaces in one call (the `thick` build feature).
+    #[cfg(feature = "thick")]
     Thick,
 }
 
@@ -49,20 +56,149 @@ impl Contrail {
     }
 }
 
+/// One entry of GC's list of attachments still in use.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ValidAttachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetConf {
     pub cni_version: Version,
     /// The Contrail network this attachment is for (`default` for the cluster pod network).
     pub network: String,
-    pub prev_result: Option<Value>,
-    pub runtime_config: Option<Value>,
+    pub prev_result: Option<Map<String, Value>>,
+    pub runtime_config: Option<Map<String, Value>>,
     /// `args`, where Multus puts a network selection's `cni-args` under `cni`.
-    pub args: Option<Value>,
-    /// GC's still-valid attachments as (container id, ifname); `None` when not given.
-    pub valid_attachments: Option<Vec<(String, String)>>,
+    pub args: Option<Map<String, Value>>,
+    /// GC's still-valid attachments; `None` when not given.
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
     /// Things worth an operator's eye (unknown keys), logged once logging is set up.
     pub warnings: Vec<String>,
     pub contrail: Contrail,
+}
+
+/// What stdin may carry; anything else in it (`type`, `ipam`, `dns`, a runtime's additions)
+/// is accepted and ignored.
+#[derive(Deserialize)]
+#[serde(expecting = "a JSON object")]
+struct Stdin {
+    #[serde(rename = "cniVersion")]
+    cni_version: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "prevResult")]
+    prev_result: Option<Map<String, Value>>,
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: Option<Map<String, Value>>,
+    args: Option<Map<String, Value>>,
+    /// GC's list under its CNI 1.1 name...
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Vec<ValidAttachment>>,
+    /// ...and under the older one libcni sends too.
+    #[serde(rename = "cni.dev/attachments")]
+    attachments: Option<Vec<ValidAttachment>>,
+    contrail: Option<Map<String, Value>>,
+}
+
+/// A number as legacy configs write it: `9091` or `"9091"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Num(f64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Num, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number, or a string holding one")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Num, E> {
+                Ok(Num(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Num, E> {
+                Ok(Num(v))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Num, E> {
+                s.trim()
+                    .parse()
+                    .map(Num)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `log-level`: the legacy plugin's numbers (`4` or `"4"`) or names.
+#[derive(Debug, Clone, PartialEq)]
+struct Level(String);
+
+impl<'de> Deserialize<'de> for Level {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Level, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Level;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Level, E> {
+                Ok(Level(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Level, E> {
+                Ok(Level(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Level, E> {
+                Ok(Level(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Level, E> {
+                Ok(Level(s.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The `contrail` section of one source. `null` counts as absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Layer {
+    vrouter_ip: Option<String>,
+    vrouter_port: Option<Num>,
+    config_dir: Option<String>,
+    poll_timeout: Option<Num>,
+    poll_retries: Option<Num>,
+    cluster_name: Option<String>,
+    mtu: Option<Num>,
+    log_file: Option<String>,
+    log_level: Option<Level>,
+    mode: Option<String>,
+    vif_type: Option<String>,
+    /// Legacy keys with no effect here: meta-plugin detection is not needed,
+    /// parent-interface belongs to nested mode.
+    #[serde(rename = "meta-plugin")]
+    _meta_plugin: Option<String>,
+    #[serde(rename = "parent-interface")]
+    _parent_interface: Option<String>,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, Value>,
+}
+
+/// Decodes `v` as a `T`, naming the failing key in a code-7 error under `prefix`.
+fn decode<T: DeserializeOwned>(v: Value, prefix: &str, source: &str) -> Result<T> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let key = match (prefix, path.as_str()) {
+            (p, ".") => p.to_string(),
+            ("", k) => k.to_string(),
+            (p, k) => format!("{p}.{k}"),
+        };
+        Error::config(format!("{key} (from {source})"), e.into_inner())
+    })
 }
 
 /// The node-wide defaults file: the first `*contrail.conf` or `*tf-cni.conf` in `dir`, by name,
@@ -71,12 +207,7 @@ pub fn load_node_defaults(dir: &Path) -> Result<Option<(PathBuf, Value)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Error::io(format!(
-                "reading node config directory {}: {e}",
-                dir.display()
-            )));
-        }
+        Err(e) => return Err(Error::io("reading node config directory", dir)(e)),
     };
     let mut names: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -89,12 +220,11 @@ pub fn load_node_defaults(dir: &Path) -> Result<Option<(PathBuf, Value)>> {
     let Some(path) = names.into_iter().next() else {
         return Ok(None);
     };
-    let bytes = std::fs::read(&path)
-        .map_err(|e| Error::io(format!("reading node config {}: {e}", path.display())))?;
+    let bytes = std::fs::read(&path).map_err(Error::io("reading node config", &path))?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::new(
-            code::INVALID_CONFIG,
-            format!("node config {} is not valid JSON: {e}", path.display()),
+        Error::config(
+            format!("node config {}", path.display()),
+            format!("not valid JSON: {e}"),
         )
     })?;
     Ok(Some((path, value)))
@@ -102,29 +232,29 @@ pub fn load_node_defaults(dir: &Path) -> Result<Option<(PathBuf, Value)>> {
 
 /// Parses stdin over the node defaults. Pure: all I/O happened before.
 pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
-    let conf: Value = serde_json::from_slice(stdin)
-        .map_err(|e| Error::decode(format!("network config on stdin is not JSON: {e}")))?;
-    let Value::Object(conf) = conf else {
-        return Err(Error::config("(top level)", "must be a JSON object"));
-    };
-    let version = match conf.get("cniVersion") {
-        Some(Value::String(v)) => Version::parse(v).ok_or_else(|| {
-            Error::new(
-                code::INCOMPATIBLE_VERSION,
-                format!(
-                    "cniVersion {v:?} is not supported; supported: {}",
-                    crate::cni::SUPPORTED_VERSIONS.join(", ")
-                ),
-            )
-        })?,
-        Some(_) => return Err(Error::config("cniVersion", "must be a string")),
+    parse_named(stdin, "stdin", node)
+}
+
+/// [`parse`] of a config that comes from `source` (a file to install, say) rather than stdin.
+pub fn parse_named(stdin: &[u8], source: &str, node: Option<(&Path, &Value)>) -> Result<NetConf> {
+    let mut de = serde_json::Deserializer::from_slice(stdin);
+    let conf: Stdin = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let e = e.into_inner();
+        if e.is_data() {
+            let key = if path == "." { "(top level)" } else { &path };
+            Error::config(key, e)
+        } else {
+            Error::decode(format!("network config on {source} is not JSON: {e}"))
+        }
+    })?;
+    de.end()
+        .map_err(|e| Error::decode(format!("network config on {source} is not JSON: {e}")))?;
+    let version = match &conf.cni_version {
+        Some(v) => Version::parse(v).ok_or_else(|| Error::Version(v.clone()))?,
         None => return Err(Error::config("cniVersion", "missing")),
     };
-    let name = match conf.get("name") {
-        None | Some(Value::Null) => "",
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(Error::config("name", "must be a string")),
-    };
+    let name = conf.name.as_deref().unwrap_or("");
     let network = if DEFAULT_NETWORK_NAMES.contains(&name) {
         "default".to_string()
     } else if valid_name(name) {
@@ -135,243 +265,199 @@ pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
             format!("{name:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"),
         ));
     };
-    let object = |key: &str| match conf.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v @ Value::Object(_)) => Ok(Some(v.clone())),
-        Some(_) => Err(Error::config(key, "must be an object")),
-    };
-    let prev_result = object("prevResult")?;
-    let runtime_config = object("runtimeConfig")?;
-    let args = object("args")?;
-    let valid_attachments = valid_attachments(&conf)?;
 
-    // Key by key: defaults, then the node file, then stdin; remember where each value came from
-    // so an error can point the operator at the right file.
-    let mut merged: BTreeMap<String, (Value, String)> = BTreeMap::new();
-    let sources = node
-        .map(|(path, v)| (v.get("contrail"), path.display().to_string()))
-        .into_iter()
-        .chain(std::iter::once((conf.get("contrail"), "stdin".to_string())));
-    for (section, source) in sources {
-        match section {
+    // Layer by layer: the node file, then stdin; each key's value comes from the last layer
+    // that has it, and an error names that layer's source.
+    let mut layers = Vec::new();
+    if let Some((path, v)) = node {
+        let source = path.display().to_string();
+        match v.get("contrail") {
             None | Some(Value::Null) => {}
-            Some(Value::Object(map)) => {
-                for (k, v) in map {
-                    merged.insert(k.clone(), (v.clone(), source.clone()));
-                }
-            }
-            Some(_) => {
-                return Err(Error::config(
-                    &format!("contrail (in {source})"),
-                    "must be an object",
-                ));
-            }
+            Some(section) => layers.push((decode(section.clone(), "contrail", &source)?, source)),
         }
     }
-    let (contrail, warnings) = contrail(merged)?;
+    if let Some(section) = conf.contrail {
+        layers.push((
+            decode(Value::Object(section), "contrail", source)?,
+            source.to_string(),
+        ));
+    }
+    let (contrail, warnings) = contrail(&layers)?;
     Ok(NetConf {
         cni_version: version,
         network,
-        prev_result,
-        runtime_config,
-        args,
-        valid_attachments,
+        prev_result: conf.prev_result,
+        runtime_config: conf.runtime_config,
+        args: conf.args,
+        valid_attachments: conf.valid_attachments.or(conf.attachments),
         contrail,
         warnings,
     })
 }
 
-/// GC's list, under its CNI 1.1 name or the older one libcni also sends.
-fn valid_attachments(
-    conf: &serde_json::Map<String, Value>,
-) -> Result<Option<Vec<(String, String)>>> {
-    let Some((key, list)) = ["cni.dev/valid-attachments", "cni.dev/attachments"]
-        .iter()
-        .find_map(|k| conf.get(*k).map(|v| (*k, v)))
-    else {
-        return Ok(None);
-    };
-    let bad = || {
-        Error::config(
-            key,
-            "must be a list of {\"containerID\": .., \"ifname\": ..}",
-        )
-    };
-    let items = list.as_array().ok_or_else(bad)?;
-    items
-        .iter()
-        .map(|a| {
-            let field = |k: &str| {
-                a.get(k)
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .ok_or_else(bad)
-            };
-            Ok((field("containerID")?, field("ifname")?))
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
+/// One key's value and where it came from.
+struct Sourced<'a, T> {
+    value: T,
+    key: &'static str,
+    from: &'a str,
 }
 
-/// Reads typed keys out of the merged section, naming the key and its source on error.
-struct Section(BTreeMap<String, (Value, String)>);
-
-impl Section {
-    fn source(&self, key: &str) -> String {
-        self.0.get(key).map(|(_, s)| s.clone()).unwrap_or_default()
+impl<T> Sourced<'_, T> {
+    fn err(&self, why: impl fmt::Display) -> Error {
+        Error::config(format!("contrail.{} (from {})", self.key, self.from), why)
     }
+}
 
-    fn take(&mut self, key: &str) -> Option<(Value, String)> {
-        self.0.remove(key).filter(|(v, _)| !v.is_null())
-    }
+/// The value of `key` from the last layer that sets it.
+fn pick<'a, T: Clone>(
+    layers: &'a [(Layer, String)],
+    key: &'static str,
+    field: impl Fn(&Layer) -> &Option<T>,
+) -> Option<Sourced<'a, T>> {
+    layers.iter().rev().find_map(|(layer, from)| {
+        field(layer)
+            .clone()
+            .map(|value| Sourced { value, key, from })
+    })
+}
 
-    fn err(key: &str, source: &str, why: impl std::fmt::Display) -> Error {
-        Error::config(&format!("contrail.{key} (from {source})"), why)
+/// A number within `min..=max`, or `default` when no layer sets it.
+fn number(
+    layers: &[(Layer, String)],
+    key: &'static str,
+    field: impl Fn(&Layer) -> &Option<Num>,
+    (default, min, max): (f64, f64, f64),
+) -> Result<f64> {
+    let Some(n) = pick(layers, key, field) else {
+        return Ok(default);
+    };
+    let Num(v) = n.value;
+    if !(v.is_finite() && (min..=max).contains(&v)) {
+        return Err(n.err(format!("{v} must be a number from {min} to {max}")));
     }
+    Ok(v)
+}
 
-    fn string(&mut self, key: &str, default: &str) -> Result<String> {
-        match self.take(key) {
-            None => Ok(default.to_string()),
-            Some((Value::String(s), _)) => Ok(s),
-            Some((_, src)) => Err(Self::err(key, &src, "must be a string")),
-        }
+/// A whole number within `min..=max`.
+fn integer(
+    layers: &[(Layer, String)],
+    key: &'static str,
+    field: impl Fn(&Layer) -> &Option<Num> + Copy,
+    (default, min, max): (u32, u32, u32),
+) -> Result<u32> {
+    let v = number(layers, key, field, (default.into(), min.into(), max.into()))?;
+    if v.fract() != 0.0 {
+        let n = pick(layers, key, field).expect("a fraction was read from some layer");
+        return Err(n.err(format!("{v} must be a whole number")));
     }
+    Ok(v as u32)
+}
 
-    /// Numbers, also as numeric strings: hand-written legacy configs use both.
-    fn number(&mut self, key: &str, default: f64, min: f64, max: f64) -> Result<f64> {
-        let Some((v, src)) = self.take(key) else {
-            return Ok(default);
-        };
-        let n = match &v {
-            Value::Number(n) => n.as_f64(),
-            Value::String(s) => s.trim().parse::<f64>().ok(),
-            _ => None,
-        };
-        match n {
-            Some(n) if n.is_finite() && (min..=max).contains(&n) => Ok(n),
-            _ => Err(Self::err(
-                key,
-                &src,
-                format!("{v} must be a number from {min} to {max}"),
-            )),
-        }
+/// An absolute path without `..`; "" means none when `allow_empty`.
+fn path(
+    layers: &[(Layer, String)],
+    key: &'static str,
+    field: impl Fn(&Layer) -> &Option<String>,
+    default: &str,
+    allow_empty: bool,
+) -> Result<Option<PathBuf>> {
+    let Some(p) = pick(layers, key, field) else {
+        return Ok(Some(PathBuf::from(default)));
+    };
+    let s = &p.value;
+    if s.is_empty() && allow_empty {
+        return Ok(None);
     }
-
-    fn integer(&mut self, key: &str, default: u32, min: u32, max: u32) -> Result<u32> {
-        let src = self.source(key);
-        let n = self.number(key, default.into(), min.into(), max.into())?;
-        if n.fract() != 0.0 {
-            return Err(Self::err(key, &src, format!("{n} must be a whole number")));
-        }
-        Ok(n as u32)
+    if !s.starts_with('/') || s.contains('\0') || s.split('/').any(|c| c == "..") {
+        return Err(p.err(format!("{s:?} must be an absolute path without '..'")));
     }
-
-    fn path(&mut self, key: &str, default: &str, allow_empty: bool) -> Result<Option<PathBuf>> {
-        let src = self.source(key);
-        let s = self.string(key, default)?;
-        if s.is_empty() && allow_empty {
-            return Ok(None);
-        }
-        if !s.starts_with('/') || s.contains('\0') || s.split('/').any(|c| c == "..") {
-            return Err(Self::err(
-                key,
-                &src,
-                format!("{s:?} must be an absolute path without '..'"),
-            ));
-        }
-        Ok(Some(PathBuf::from(s)))
-    }
+    Ok(Some(PathBuf::from(s)))
 }
 
 /// The typed section, and a warning for each key it does not know.
-fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<(Contrail, Vec<String>)> {
-    let mut s = Section(merged);
-    let ip_src = s.source("vrouter-ip");
-    let ip = s.string("vrouter-ip", "127.0.0.1")?;
-    let vrouter_ip = ip.parse().map_err(|_| {
-        Section::err(
-            "vrouter-ip",
-            &ip_src,
-            format!("{ip:?} is not an IP address"),
-        )
-    })?;
-    let vrouter_port = s.integer("vrouter-port", 9091, 1, 65535)? as u16;
-    let config_dir = s
-        .path("config-dir", "/var/lib/contrail/ports/vm", false)?
-        .unwrap_or_default();
-    let poll_timeout = Duration::from_secs_f64(s.number("poll-timeout", 3.0, 0.001, 3600.0)?);
-    let poll_retries = s.integer("poll-retries", 20, 1, 10_000)?;
-    let cluster_src = s.source("cluster-name");
-    let cluster_name = s.string("cluster-name", "k8s")?;
-    if !valid_name(&cluster_name) {
-        return Err(Section::err(
-            "cluster-name",
-            &cluster_src,
-            format!("{cluster_name:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"),
-        ));
-    }
+fn contrail(layers: &[(Layer, String)]) -> Result<(Contrail, Vec<String>)> {
+    let vrouter_ip = match pick(layers, "vrouter-ip", |l| &l.vrouter_ip) {
+        None => IpAddr::from([127, 0, 0, 1]),
+        Some(ip) => ip
+            .value
+            .parse()
+            .map_err(|_| ip.err(format!("{:?} is not an IP address", ip.value)))?,
+    };
+    let vrouter_port = integer(
+        layers,
+        "vrouter-port",
+        |l| &l.vrouter_port,
+        (9091, 1, 65535),
+    )?;
+    let config_dir = path(
+        layers,
+        "config-dir",
+        |l| &l.config_dir,
+        "/var/lib/contrail/ports/vm",
+        false,
+    )?
+    .unwrap_or_default();
+    let poll_timeout = number(
+        layers,
+        "poll-timeout",
+        |l| &l.poll_timeout,
+        (3.0, 0.001, 3600.0),
+    )?;
+    let poll_retries = integer(layers, "poll-retries", |l| &l.poll_retries, (20, 1, 10_000))?;
+    let cluster_name = match pick(layers, "cluster-name", |l| &l.cluster_name) {
+        None => "k8s".to_string(),
+        Some(c) if valid_name(&c.value) => c.value,
+        Some(c) => {
+            return Err(c.err(format!(
+                "{:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*",
+                c.value
+            )));
+        }
+    };
     // 68 is the IPv4 minimum; IPv6 needs 1280, checked once the agent says the VMI has v6.
-    let mtu = s.integer("mtu", 1500, 68, 65535)?;
-    let log_file = s.path("log-file", "/var/log/contrail/cni/opencontrail.log", true)?;
-    let level_src = s.source("log-level");
-    let level = match s.take("log-level") {
-        None => "4".to_string(),
-        Some((Value::String(v), _)) => v,
-        Some((Value::Number(n), _)) => n.to_string(),
-        Some((_, src)) => {
-            return Err(Section::err(
-                "log-level",
-                &src,
-                "must be a string or number",
-            ));
-        }
+    let mtu = integer(layers, "mtu", |l| &l.mtu, (1500, 68, 65535))?;
+    let log_file = path(
+        layers,
+        "log-file",
+        |l| &l.log_file,
+        "/var/log/contrail/cni/opencontrail.log",
+        true,
+    )?;
+    let log_level = match pick(layers, "log-level", |l| &l.log_level) {
+        None => LevelFilter::Info,
+        Some(l) => parse_level(&l.value.0).ok_or_else(|| {
+            l.err(format!(
+                "{:?} is not 0..6 or error/warn/info/debug/trace",
+                l.value.0
+            ))
+        })?,
     };
-    let log_level = parse_level(&level).ok_or_else(|| {
-        Section::err(
-            "log-level",
-            &level_src,
-            format!("{level:?} is not 0..6 or error/warn/info/debug/trace"),
-        )
-    })?;
-    let mode_src = s.source("mode");
-    let mode = match s.string("mode", "plugin")?.as_str() {
-        // The legacy plugin's `mode` named the orchestrator; "k8s" is per-interface here.
-        "plugin" | "k8s" => Mode::Plugin,
-        "thick" => Mode::Thick,
-        other => {
-            return Err(Section::err(
-                "mode",
-                &mode_src,
-                format!("{other:?} must be \"plugin\" or \"thick\""),
-            ));
-        }
+    let mode = match pick(layers, "mode", |l| &l.mode) {
+        None => Mode::Plugin,
+        Some(m) => parse_mode(&m.value).map_err(|why| m.err(why))?,
     };
-    let vif_src = s.source("vif-type");
-    let vif = s.string("vif-type", "veth")?;
-    if vif != "veth" {
-        return Err(Section::err(
-            "vif-type",
-            &vif_src,
-            format!(
-                "{vif:?} is not supported; only \"veth\" (nested macvlan mode is not implemented)"
-            ),
-        ));
+    if let Some(v) = pick(layers, "vif-type", |l| &l.vif_type).filter(|v| v.value != "veth") {
+        return Err(v.err(format!(
+            "{:?} is not supported; only \"veth\" (nested macvlan mode is not implemented)",
+            v.value
+        )));
     }
-    // Legacy keys with no effect here: meta-plugin detection is not needed, parent-interface
-    // belongs to nested mode.
-    for key in ["meta-plugin", "parent-interface"] {
-        s.string(key, "")?;
+    // Unknown keys, each from the last layer that has it.
+    let mut unknown: BTreeMap<&str, &str> = BTreeMap::new();
+    for (layer, from) in layers {
+        for key in layer.unknown.keys() {
+            unknown.insert(key, from);
+        }
     }
-
-    let warnings =
-        s.0.iter()
-            .map(|(key, (_, src))| format!("ignoring unknown key contrail.{key} (from {src})"))
-            .collect();
+    let warnings = unknown
+        .iter()
+        .map(|(key, from)| format!("ignoring unknown key contrail.{key} (from {from})"))
+        .collect();
     let contrail = Contrail {
         vrouter_ip,
-        vrouter_port,
+        vrouter_port: vrouter_port as u16,
         config_dir,
-        poll_timeout,
+        poll_timeout: Duration::from_secs_f64(poll_timeout),
         poll_retries,
         cluster_name,
         mtu,
@@ -380,6 +466,21 @@ fn contrail(merged: BTreeMap<String, (Value, String)>) -> Result<(Contrail, Vec<
         mode,
     };
     Ok((contrail, warnings))
+}
+
+fn parse_mode(s: &str) -> std::result::Result<Mode, String> {
+    match s {
+        // The legacy plugin's `mode` named the orchestrator; "k8s" is per-interface here.
+        "plugin" | "k8s" => Ok(Mode::Plugin),
+        #[cfg(feature = "thick")]
+        "thick" => Ok(Mode::Thick),
+        #[cfg(not(feature = "thick"))]
+        "thick" => Err(
+            "\"thick\" needs a build with thick mode: cargo build --release --features thick"
+                .to_string(),
+        ),
+        other => Err(format!("{other:?} must be \"plugin\" or \"thick\"")),
+    }
 }
 
 /// The legacy plugin's numeric levels (logrus: 2 error .. 6 trace) or names.
@@ -398,6 +499,7 @@ fn parse_level(s: &str) -> Option<LevelFilter> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::code;
     use serde_json::json;
 
     fn parse_json(v: Value) -> Result<NetConf> {
@@ -426,6 +528,7 @@ mod tests {
         );
         assert_eq!(k.log_level, LevelFilter::Info);
         assert_eq!(k.mode, Mode::Plugin);
+        assert!(c.warnings.is_empty());
     }
 
     #[test]
@@ -460,12 +563,18 @@ mod tests {
     #[test]
     fn numeric_strings_and_fractional_timeouts_are_accepted() {
         let c = parse_json(json!({"cniVersion": "0.3.1", "contrail": {
-            "vrouter-port": "9092", "poll-timeout": 0.25, "poll-retries": "4", "log-level": 5, "log-file": ""}}))
+            "vrouter-port": "9092", "poll-timeout": 0.25, "poll-retries": " 4 ", "log-level": 5, "log-file": ""}}))
         .unwrap();
         assert_eq!(c.contrail.vrouter_port, 9092);
         assert_eq!(c.contrail.poll_budget(), Duration::from_secs(1));
         assert_eq!(c.contrail.log_level, LevelFilter::Debug);
         assert_eq!(c.contrail.log_file, None);
+    }
+
+    #[test]
+    fn null_counts_as_absent() {
+        let c = parse_json(json!({"cniVersion": "0.3.1", "contrail": {"mtu": null}})).unwrap();
+        assert_eq!(c.contrail.mtu, 1500);
     }
 
     #[test]
@@ -493,8 +602,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.contrail.mode, Mode::Plugin);
-        let c = parse_json(json!({"cniVersion": "0.3.1", "contrail": {"mode": "thick"}})).unwrap();
-        assert_eq!(c.contrail.mode, Mode::Thick);
+        let thick = parse_json(json!({"cniVersion": "0.3.1", "contrail": {"mode": "thick"}}));
+        #[cfg(feature = "thick")]
+        assert_eq!(thick.unwrap().contrail.mode, Mode::Thick);
+        #[cfg(not(feature = "thick"))]
+        assert!(thick.unwrap_err().to_string().contains("--features thick"));
     }
 
     #[test]
@@ -518,80 +630,85 @@ mod tests {
             ("mtu", json!(true)),
             ("log-file", json!("rel.log")),
             ("log-level", json!("loud")),
+            ("log-level", json!([])),
             ("mode", json!("fat")),
             ("vif-type", json!("macvlan")),
+            ("meta-plugin", json!(1)),
         ];
         for (key, value) in cases {
             let err =
                 parse_json(json!({"cniVersion": "1.0.0", "contrail": {key: value}})).unwrap_err();
-            assert_eq!(err.code, code::INVALID_CONFIG, "{key}={value}");
+            assert_eq!(err.code(), code::INVALID_CONFIG, "{key}={value}");
+            let msg = err.to_string();
             assert!(
-                err.msg.contains(&format!("contrail.{key}")),
-                "{key}: {}",
-                err.msg
+                msg.contains(&format!("contrail.{key} (from stdin)")),
+                "{key}: {msg}"
             );
         }
     }
 
     #[test]
     fn errors_from_the_node_file_name_the_file() {
-        let node = json!({"contrail": {"mtu": 1}});
-        let err = parse(
-            br#"{"cniVersion":"1.0.0"}"#,
-            Some((Path::new("/etc/cni/net.d/10-contrail.conf"), &node)),
-        )
-        .unwrap_err();
-        assert!(err.msg.contains("10-contrail.conf"), "{}", err.msg);
+        let file = Path::new("/etc/cni/net.d/10-contrail.conf");
+        for node in [
+            json!({"contrail": {"mtu": 1}}),
+            json!({"contrail": {"mtu": "x"}}),
+            json!({"contrail": []}),
+        ] {
+            let err = parse(br#"{"cniVersion":"1.0.0"}"#, Some((file, &node))).unwrap_err();
+            assert_eq!(err.code(), code::INVALID_CONFIG, "{node}");
+            assert!(err.to_string().contains("10-contrail.conf"), "{err}");
+        }
     }
 
     #[test]
     fn top_level_errors() {
-        assert_eq!(parse(b"{not json", None).unwrap_err().code, code::DECODE);
-        assert_eq!(parse(b"[]", None).unwrap_err().code, code::INVALID_CONFIG);
+        assert_eq!(parse(b"{not json", None).unwrap_err().code(), code::DECODE);
+        assert_eq!(parse(b"{} x", None).unwrap_err().code(), code::DECODE);
+        let err = parse(b"[]", None).unwrap_err();
+        assert_eq!(err.code(), code::INVALID_CONFIG);
+        assert!(err.to_string().contains("a JSON object"), "{err}");
+        for (conf, key) in [
+            (json!({}), "cniVersion"),
+            (json!({"cniVersion": 1}), "cniVersion"),
+            (json!({"cniVersion": "1.0.0", "name": 3}), "name"),
+            (json!({"cniVersion": "1.0.0", "name": "a/b"}), "name"),
+            (json!({"cniVersion": "1.0.0", "contrail": []}), "contrail"),
+            (
+                json!({"cniVersion": "1.0.0", "prevResult": "x"}),
+                "prevResult",
+            ),
+        ] {
+            let err = parse_json(conf.clone()).unwrap_err();
+            assert_eq!(err.code(), code::INVALID_CONFIG, "{conf}");
+            assert!(err.to_string().contains(key), "{conf}: {err}");
+        }
         assert_eq!(
-            parse_json(json!({})).unwrap_err().code,
-            code::INVALID_CONFIG
-        );
-        assert_eq!(
-            parse_json(json!({"cniVersion": 1})).unwrap_err().code,
-            code::INVALID_CONFIG
-        );
-        assert_eq!(
-            parse_json(json!({"cniVersion": "0.2.0"})).unwrap_err().code,
+            parse_json(json!({"cniVersion": "0.2.0"}))
+                .unwrap_err()
+                .code(),
             code::INCOMPATIBLE_VERSION
         );
-        assert_eq!(
-            parse_json(json!({"cniVersion": "1.0.0", "name": 3}))
-                .unwrap_err()
-                .code,
-            code::INVALID_CONFIG
-        );
-        assert_eq!(
-            parse_json(json!({"cniVersion": "1.0.0", "name": "a/b"}))
-                .unwrap_err()
-                .code,
-            code::INVALID_CONFIG
-        );
-        assert_eq!(
-            parse_json(json!({"cniVersion": "1.0.0", "contrail": []}))
-                .unwrap_err()
-                .code,
-            code::INVALID_CONFIG
-        );
-        let err = parse_json(json!({"cniVersion": "1.0.0", "prevResult": "x"})).unwrap_err();
-        assert!(err.msg.contains("prevResult"));
     }
 
     #[test]
     fn gc_lists_under_either_name() {
         let list = json!([{"containerID": "c1", "ifname": "eth0"}]);
+        let c1 = ValidAttachment {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+        };
         for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
             let c = parse_json(json!({"cniVersion": "1.1.0", key: list})).unwrap();
-            assert_eq!(
-                c.valid_attachments,
-                Some(vec![("c1".to_string(), "eth0".to_string())])
-            );
+            assert_eq!(c.valid_attachments, Some(vec![c1.clone()]));
         }
+        // libcni sends both names: the 1.1 one wins.
+        let c = parse_json(
+            json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": list,
+            "cni.dev/attachments": []}),
+        )
+        .unwrap();
+        assert_eq!(c.valid_attachments, Some(vec![c1]));
         assert_eq!(
             parse_json(json!({"cniVersion": "1.1.0"}))
                 .unwrap()
@@ -605,7 +722,11 @@ mod tests {
         ] {
             let err = parse_json(json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": bad}))
                 .unwrap_err();
-            assert_eq!(err.code, code::INVALID_CONFIG);
+            assert_eq!(err.code(), code::INVALID_CONFIG);
+            assert!(
+                err.to_string().contains("cni.dev/valid-attachments"),
+                "{err}"
+            );
         }
     }
 

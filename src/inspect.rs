@@ -7,11 +7,22 @@ use serde::Serialize;
 
 use crate::agent::Agent;
 use crate::config::{self, NetConf};
-use crate::netlink::{Netlink, Netns};
+use crate::error::{Error, Result};
+use crate::netlink::{Netns, Socket};
 use crate::state::{self, Record};
 use crate::vmi::Mac;
 
-pub const USAGE: &str = "usage: contrail-k8s-cni inspect [--config FILE] [--json]";
+/// Show this node's attachments, joined with the pods' namespaces, the host and the agent.
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// The node-wide config (default: the first *contrail.conf in /etc/cni/net.d, or in
+    /// $CONTRAIL_CNI_CONF_DIR).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print JSON for tools instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,13 +70,12 @@ pub fn health(record: &Record, o: &Observed) -> String {
     }
 }
 
-fn load(config: Option<&Path>) -> Result<NetConf, String> {
+fn load(config: Option<&Path>) -> Result<NetConf> {
     let node = match config {
         Some(path) => {
-            let text =
-                std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-            let v =
-                serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let text = std::fs::read(path).map_err(Error::io("reading", path))?;
+            let v = serde_json::from_slice(&text)
+                .map_err(|e| Error::config(path.display(), format!("not valid JSON: {e}")))?;
             Some((path.to_path_buf(), v))
         }
         None => {
@@ -73,31 +83,26 @@ fn load(config: Option<&Path>) -> Result<NetConf, String> {
                 || PathBuf::from(config::DEFAULT_NODE_CONF_DIR),
                 PathBuf::from,
             );
-            config::load_node_defaults(&dir).map_err(|e| e.msg)?
+            config::load_node_defaults(&dir)?
         }
     };
     config::parse(
         br#"{"cniVersion":"1.0.0"}"#,
         node.as_ref().map(|(p, v)| (p.as_path(), v)),
     )
-    .map_err(|e| e.msg)
 }
 
 /// Looks at one record in its netns, on the host and in the agent.
 fn observe(
-    nl: &Netlink,
+    host: &mut Socket,
     agent: &Agent,
     conf: &NetConf,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
-    let host_if = nl
-        .host()
-        .ok()
-        .and_then(|h| h.link(&r.host_ifname).ok().flatten())
-        .is_some();
+    let host_if = host.link(&r.host_ifname).ok().flatten().is_some();
     let netns = Netns::open(Path::new(&r.netns)).ok();
     let link = netns.as_ref().and_then(|ns| {
-        let sock = nl.open(ns).ok()?;
+        let mut sock = Socket::open(ns).ok()?;
         let link = sock.link(&r.ifname).ok()??;
         let addrs = sock.addrs(link.index).unwrap_or_default();
         Some((link, addrs))
@@ -148,13 +153,13 @@ fn orphans(records: &[Record]) -> Vec<String> {
     names
 }
 
-pub fn rows(conf: &NetConf) -> Result<Vec<Row>, String> {
+pub fn rows(conf: &NetConf) -> Result<Vec<Row>> {
     let dir = &conf.contrail.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
     for pod in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let (mut found, bad) = state::read_records(&pod.path())
-            .map_err(|e| format!("{}: {e}", pod.path().display()))?;
+        let (mut found, bad) =
+            state::read_records(&pod.path()).map_err(Error::io("reading", &pod.path()))?;
         if state::resync_pending(&pod.path()).is_some() {
             rows.push(Row {
                 pod: pod.file_name().to_string_lossy().into_owned(),
@@ -172,10 +177,10 @@ pub fn rows(conf: &NetConf) -> Result<Vec<Row>, String> {
         }
         records.append(&mut found);
     }
-    let nl = Netlink::new().map_err(|e| e.to_string())?;
+    let mut host = Socket::host()?;
     let agent = Agent::new(&conf.contrail);
     for r in &records {
-        let (o, mac, addresses) = observe(&nl, &agent, conf, r);
+        let (o, mac, addresses) = observe(&mut host, &agent, conf, r);
         rows.push(Row {
             pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
             sandbox: r.container_id.chars().take(12).collect(),
@@ -266,25 +271,12 @@ pub fn table(rows: &[Row]) -> String {
     out.join("\n")
 }
 
-pub fn run(args: &[String]) -> Result<String, String> {
-    let (mut json, mut config) = (false, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--config" => {
-                config = Some(PathBuf::from(
-                    it.next()
-                        .ok_or_else(|| format!("--config needs a file\n{USAGE}"))?,
-                ))
-            }
-            _ => return Err(format!("unknown option {a}\n{USAGE}")),
-        }
-    }
-    let conf = load(config.as_deref())?;
+/// The report, as a table or JSON.
+pub fn run(opts: &Options) -> Result<String> {
+    let conf = load(opts.config.as_deref())?;
     let rows = rows(&conf)?;
-    Ok(if json {
-        serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+    Ok(if opts.json {
+        serde_json::to_string_pretty(&rows).map_err(|e| Error::Internal(e.to_string()))?
     } else {
         table(&rows)
     })

@@ -64,21 +64,6 @@ fn rotate(path: &Path) {
     }
 }
 
-thread_local! {
-    static VMI: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Remembers the VMI this call acts on, for its one summary line.
-pub fn note_vmi(uuid: &str) {
-    VMI.with(|v| *v.borrow_mut() = Some(uuid.to_string()));
-}
-
-/// The VMI noted by [`note_vmi`], or `-`.
-pub fn noted_vmi() -> String {
-    VMI.with(|v| v.borrow().clone())
-        .unwrap_or_else(|| "-".to_string())
-}
-
 /// Sets up logging at `level` (RUST_LOG, when set, overrides it). A log file that cannot be
 /// opened is reported on stderr and skipped: logging never fails a CNI call.
 pub fn init(file: Option<&Path>, level: LevelFilter) {

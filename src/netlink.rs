@@ -1,44 +1,41 @@
-//! Netlink operations of the plugin: veth pairs, links, addresses and routes,
-//! in the host's netns and in a container's netns.
-//!
-//! The API is synchronous. One current-thread tokio runtime, owned by
-//! [`Netlink`], drives every socket inside `block_on`. `setns` moves only the
-//! calling thread, and only for the moment it takes to create a socket; the
-//! only other threads (thick mode's parallel DEL) never enter a container's
-//! netns, so nothing runs there by accident.
+//! Netlink operations of the plugin on a blocking socket: veth pairs, links, addresses and
+//! routes, in the host's netns and in a container's. Small named operations on [`Socket`], each
+//! one request and its replies; no async runtime. A socket belongs to the netns it was created
+//! in: a container's is created inside it behind a guard that always switches back, and then
+//! works from the host side.
 
 use std::fmt;
 use std::fs::File;
-use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use futures_util::{StreamExt, TryStreamExt};
 use ipnetwork::IpNetwork;
+use netlink_packet_core::{
+    ErrorMessage, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteVia,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{SocketAddr, protocols::NETLINK_ROUTE};
 use nix::sched::{CloneFlags, setns};
-use rtnetlink::packet_core::{
-    ErrorMessage, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage,
-    NetlinkPayload, NlasIterator,
-};
-use rtnetlink::packet_route::RouteNetlinkMessage;
-use rtnetlink::packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
-use rtnetlink::packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
-};
-use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteScope, RouteType, RouteVia,
-};
-use rtnetlink::sys::AsyncSocket;
-use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
-use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
+
+/// Room for one datagram of a dump: the kernel fills them up to 32 KiB for a reader with a
+/// buffer that large. Allocated, not zeroed: only what the kernel writes is touched.
+const RECV_BUF: usize = 32 * 1024;
 
 /// An opened network namespace (the `CNI_NETNS` path).
 ///
-/// The open file pins the namespace and names it by fd (for `setns` and
-/// `IFLA_NET_NS_FD`), so a later unmount of the path cannot swap it under us.
+/// The open file pins the namespace and names it by fd (for `setns` and `IFLA_NET_NS_FD`), so a
+/// later unmount of the path cannot swap it under us.
 #[derive(Debug)]
 pub struct Netns {
     file: File,
@@ -46,10 +43,9 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// The plain `io::Error` is kept so that callers can tell a netns that
-    /// is already gone (`NotFound`, fine for CNI DEL) from other failures.
-    /// A file that is not a namespace (`/etc/hostname`, a directory) is refused here, before
-    /// anything is created, rather than at the first `setns`.
+    /// The plain `io::Error` is kept so that callers can tell a netns that is already gone
+    /// (`NotFound`, fine for CNI DEL) from other failures. A file that is not a namespace
+    /// (`/etc/hostname`, a directory) is refused here, before anything is created.
     pub fn open(path: &Path) -> io::Result<Netns> {
         let file = File::open(path)?;
         let fs = nix::sys::statfs::fstatfs(&file)?;
@@ -70,66 +66,16 @@ impl Netns {
     }
 }
 
-/// Owns the one current-thread runtime that all sockets share.
-#[derive(Debug)]
-pub struct Netlink {
-    rt: Runtime,
-}
-
-impl Netlink {
-    pub fn new() -> Result<Netlink, Error> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .map_err(|e| Error::new("start netlink runtime", e))?;
-        Ok(Netlink { rt })
-    }
-
-    /// Socket bound to the caller's (host) netns.
-    pub fn host(&self) -> Result<Socket<'_>, Error> {
-        self.connect("host netns")
-    }
-
-    /// Socket bound to `ns`: a netlink socket belongs to the netns it was
-    /// created in, so create it inside `ns` and switch straight back; the
-    /// socket keeps working on `ns` from the host side.
-    pub fn open(&self, ns: &Netns) -> Result<Socket<'_>, Error> {
-        let guard = NetnsGuard::enter(ns)?;
-        let socket = self.connect(&format!("netns {}", ns.path.display()));
-        guard.leave()?;
-        socket
-    }
-
-    fn connect(&self, netns: &str) -> Result<Socket<'_>, Error> {
-        // The socket registers with the reactor of the current runtime.
-        let _context = self.rt.enter();
-        let (mut connection, handle, _) = rtnetlink::new_connection()
-            .map_err(|e| Error::new(format!("open netlink socket in {netns}"), e))?;
-        // Extended acks carry the kernel's reason for an error ("Nexthop has
-        // invalid gateway"); without them (kernels before 4.12) errors still
-        // work, only less precise.
-        if let Err(e) = connection.socket_mut().socket_mut().set_ext_ack(true) {
-            log::debug!("netlink extended acks unavailable in {netns}: {e}");
-        }
-        let connection = self.rt.spawn(connection);
-        Ok(Socket {
-            rt: &self.rt,
-            handle,
-            connection,
-        })
-    }
-}
-
-/// Keeps this thread in another netns until `leave` or drop, so that an
-/// early return or a panic never leaves the thread in the container's netns.
+/// Keeps this thread in another netns until `leave` or drop, so that an early return or a
+/// panic never leaves the thread in the container's netns.
 struct NetnsGuard {
     home: Option<File>,
 }
 
 impl NetnsGuard {
     fn enter(ns: &Netns) -> Result<NetnsGuard, Error> {
-        // thread-self, not self: setns moves only this thread, and
-        // /proc/self/ns/net names the main thread's netns.
+        // thread-self, not self: setns moves only this thread, and /proc/self/ns/net names the
+        // main thread's netns.
         const HOME: &str = "/proc/thread-self/ns/net";
         let home = File::open(HOME).map_err(|e| Error::new(format!("open {HOME}"), e))?;
         setns(&ns.file, CloneFlags::CLONE_NEWNET)
@@ -158,21 +104,6 @@ fn switch_back(home: &File) -> Result<(), Error> {
         .map_err(|e| Error::new("switch back to the original netns", e.into()))
 }
 
-/// A netlink connection bound to one netns.
-pub struct Socket<'a> {
-    rt: &'a Runtime,
-    handle: Handle,
-    connection: JoinHandle<()>,
-}
-
-impl Drop for Socket<'_> {
-    fn drop(&mut self) {
-        // The runtime outlives its sockets; without this the connection task
-        // (and its fd) would wait for the next block_on to notice the end.
-        self.connection.abort();
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
     pub index: u32,
@@ -199,174 +130,366 @@ pub struct VethEnd<'a> {
     pub mtu: u32,
 }
 
-impl Socket<'_> {
+/// A blocking rtnetlink socket bound to one netns.
+pub struct Socket {
+    socket: netlink_sys::Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+impl Socket {
+    /// A socket in the caller's (host) netns.
+    pub fn host() -> Result<Socket, Error> {
+        Socket::new("host netns")
+    }
+
+    /// A socket in `ns`, created inside it; the thread switches straight back.
+    pub fn open(ns: &Netns) -> Result<Socket, Error> {
+        let guard = NetnsGuard::enter(ns)?;
+        let socket = Socket::new(&format!("netns {}", ns.path.display()));
+        guard.leave()?;
+        socket
+    }
+
+    fn new(netns: &str) -> Result<Socket, Error> {
+        let err = |e| Error::new(format!("open netlink socket in {netns}"), e);
+        let mut socket = netlink_sys::Socket::new(NETLINK_ROUTE).map_err(err)?;
+        socket.bind_auto().map_err(err)?;
+        socket.connect(&SocketAddr::new(0, 0)).map_err(err)?;
+        // Extended acks carry the kernel's reason for an error ("Nexthop has invalid gateway");
+        // without them (kernels before 4.12) errors still work, only less precise.
+        if let Err(e) = socket.set_ext_ack(true) {
+            log::debug!("netlink extended acks unavailable in {netns}: {e}");
+        }
+        // Lets the kernel filter a dump (the addresses of one link) by the request's header.
+        if let Err(e) = socket.set_netlink_get_strict_chk(true) {
+            log::debug!("netlink strict checking unavailable in {netns}: {e}");
+        }
+        Ok(Socket {
+            socket,
+            seq: 0,
+            buf: Vec::with_capacity(RECV_BUF),
+        })
+    }
+
+    /// Sends one request and collects its replies, up to the kernel's ack (or the end of a
+    /// dump). An error reply is the request's error.
+    fn request(
+        &mut self,
+        op: &dyn Fn() -> String,
+        message: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<Vec<RouteNetlinkMessage>, Error> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut packet = NetlinkMessage::new(NetlinkHeader::default(), message.into());
+        packet.header.flags = NLM_F_REQUEST | flags;
+        packet.header.sequence_number = self.seq;
+        packet.finalize();
+        let mut bytes = vec![0; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        self.socket
+            .send(&bytes, 0)
+            .map_err(|e| Error::new(op(), e))?;
+        let mut replies = Vec::new();
+        loop {
+            self.buf.clear();
+            let n = self
+                .socket
+                .recv(&mut self.buf, 0)
+                .map_err(|e| Error::new(op(), e))?;
+            let mut rest = &self.buf[..n];
+            while !rest.is_empty() {
+                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)
+                    .map_err(|e| Error::invalid(op(), e.to_string()))?;
+                let len = (reply.header.length as usize).next_multiple_of(4);
+                rest = rest.get(len..).unwrap_or_default();
+                // A late reply to an earlier request of this socket is not ours.
+                if reply.header.sequence_number != self.seq {
+                    continue;
+                }
+                match reply.payload {
+                    NetlinkPayload::Done(_) => return Ok(replies),
+                    NetlinkPayload::Error(e) if e.code.is_some() => {
+                        return Err(Error::netlink(op(), &e));
+                    }
+                    // The ack.
+                    NetlinkPayload::Error(_) => return Ok(replies),
+                    NetlinkPayload::InnerMessage(m) => replies.push(m),
+                    _ => {}
+                }
+                if len == 0 {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A change the kernel acks; `create` adds NLM_F_CREATE and `extra`.
+    fn change(
+        &mut self,
+        op: &dyn Fn() -> String,
+        message: RouteNetlinkMessage,
+        extra: u16,
+    ) -> Result<(), Error> {
+        self.request(op, message, NLM_F_ACK | extra).map(drop)
+    }
+
     /// None when there is no link of that name.
-    pub fn link(&self, name: &str) -> Result<Option<Link>, Error> {
-        let request = self.handle.link().get().match_name(name).execute();
-        match self.run(format!("get link {name}"), request.try_collect::<Vec<_>>()) {
-            Ok(messages) => Ok(messages.into_iter().next().map(link_from)),
+    pub fn link(&mut self, name: &str) -> Result<Option<Link>, Error> {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        let op = || format!("get link {name}");
+        match self.request(&op, RouteNetlinkMessage::GetLink(m), NLM_F_ACK) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
+                RouteNetlinkMessage::NewLink(l) => Some(link_from(l)),
+                _ => None,
+            })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Create a veth pair: `host` end in this socket's netns, `peer` end
-    /// created directly inside `ns` (its link message carries
-    /// `IFLA_NET_NS_FD`, name, MAC and MTU), so the container side never
-    /// exists under its name on the host, where it could clash with a host
-    /// link. Neither end is set up here.
-    pub fn create_veth(&self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
-        let op = format!("create veth {}/{}", host.name, peer.name);
+    /// Create a veth pair: `host` end in this socket's netns, `peer` end created directly
+    /// inside `ns` (its link message carries `IFLA_NET_NS_FD`, name, MAC and MTU), so the
+    /// container side never exists under its name on the host, where it could clash with a
+    /// host link. Neither end is set up here.
+    pub fn create_veth(&mut self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
+        let op = || format!("create veth {}/{}", host.name, peer.name);
         for name in [host.name, peer.name] {
             if !valid_ifname(name) {
                 return Err(Error {
-                    op,
+                    op: op(),
                     detail: Some(format!("invalid interface name {name:?}")),
                     source: io::Error::from_raw_os_error(libc::EINVAL),
                 });
             }
         }
-        let peer_message = veth_end(LinkUnspec::new_with_name(peer.name), peer)
-            .setns_by_fd(ns.file.as_raw_fd())
-            .build();
-        let message = veth_end(
-            LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth).name(host.name),
-            host,
+        let mut peer_message = veth_end(peer);
+        peer_message
+            .attributes
+            .push(LinkAttribute::NetNsFd(ns.file.as_raw_fd()));
+        let mut message = veth_end(host);
+        message.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Veth),
+            LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_message))),
+        ]));
+        self.change(
+            &op,
+            RouteNetlinkMessage::NewLink(message),
+            NLM_F_CREATE | NLM_F_EXCL,
         )
-        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer_message)))
-        .build();
-        self.run(op, self.handle.link().add(message).execute())
-            .map_err(|mut e| {
-                // veth checks the MTU of both ends with a bare EINVAL (no
-                // extended ack); with the names checked above, that is the
-                // MTU.
-                if e.errno() == Some(libc::EINVAL) && e.detail.is_none() {
-                    e.detail = Some(if host.mtu == peer.mtu {
-                        format!("MTU {} rejected", host.mtu)
-                    } else {
-                        format!("MTU {}/{} rejected", host.mtu, peer.mtu)
-                    });
-                }
-                e
-            })
+        .map_err(|mut e| {
+            // veth checks the MTU of both ends with a bare EINVAL (no extended ack); with the
+            // names checked above, that is the MTU.
+            if e.errno() == Some(libc::EINVAL) && e.detail.is_none() {
+                e.detail = Some(if host.mtu == peer.mtu {
+                    format!("MTU {} rejected", host.mtu)
+                } else {
+                    format!("MTU {}/{} rejected", host.mtu, peer.mtu)
+                });
+            }
+            e
+        })
     }
 
-    /// Ok(false) when the link is already gone. Deleting either end of a
-    /// veth removes both.
-    pub fn delete_link(&self, name: &str) -> Result<bool, Error> {
-        let message = LinkUnspec::new_with_name(name).build();
-        let request = self.handle.link().del_with_message(message).execute();
-        match self.run(format!("delete link {name}"), request) {
+    /// Ok(false) when the link is already gone. Deleting either end of a veth removes both.
+    pub fn delete_link(&mut self, name: &str) -> Result<bool, Error> {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        let op = || format!("delete link {name}");
+        match self.change(&op, RouteNetlinkMessage::DelLink(m), 0) {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    pub fn set_up(&self, index: u32) -> Result<(), Error> {
-        let message = LinkUnspec::new_with_index(index).up().build();
-        self.run(
-            format!("set link #{index} up"),
-            self.handle.link().change(message).execute(),
-        )
-    }
-
-    /// Add an address; IPv6 with `IFA_F_NODAD` so it is usable at once: DAD
-    /// would keep it tentative (not usable as a source) for a second or more,
-    /// and the IPAM already made it unique.
-    pub fn add_addr(&self, index: u32, addr: IpNetwork) -> Result<(), Error> {
-        let mut request = self.handle.address().add(index, addr.ip(), addr.prefix());
-        if addr.is_ipv6() {
-            request.message_mut().header.flags |= AddressHeaderFlags::Nodad;
-        }
-        self.run(
-            format!("add address {addr} to link #{index}"),
-            request.execute(),
-        )
-    }
-
-    pub fn addrs(&self, index: u32) -> Result<Vec<IpNetwork>, Error> {
-        let op = format!("list addresses of link #{index}");
-        let request = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute();
-        let messages: Vec<AddressMessage> = self.run(op.clone(), request.try_collect())?;
-        messages
-            .iter()
-            .filter_map(addr_from)
-            .collect::<Result<_, _>>()
-            .map_err(|e| Error::invalid(op, e.to_string()))
-    }
-
-    /// Route with gateway, or on-link (scope link, no gateway) when gateway
-    /// is None. Main table. Fails with EEXIST when the destination has a
-    /// route already, on any interface.
-    pub fn add_route(&self, route: &Route) -> Result<(), Error> {
-        let (op, message) = route_message("add", route)?;
-        self.run(op, self.handle.route().add(message).execute())
-    }
-
-    /// Like [`Socket::add_route`], but a route to the same destination on
-    /// another interface is kept beside this one (`NLM_F_APPEND`, as the
-    /// kernel adds connected routes); only the same route twice is EEXIST.
-    pub fn append_route(&self, route: &Route) -> Result<(), Error> {
-        let (op, message) = route_message("append", route)?;
-        let mut request = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(message));
-        request.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND;
-        let mut handle = self.handle.clone();
-        let acked = async move {
-            let mut replies = handle.request(request)?;
-            while let Some(reply) = replies.next().await {
-                if let NetlinkPayload::Error(e) = reply.payload {
-                    return Err(rtnetlink::Error::NetlinkError(e));
+    /// Deletes links by name, the ones already gone included; returns each link that could
+    /// not be deleted with why. The kernel makes every deletion wait for an RCU grace period
+    /// (~20 ms): several links are put in a netdev group of their own and deleted with one
+    /// request, which waits once for all of them.
+    pub fn delete_links(&mut self, names: &[&str]) -> Vec<(String, Error)> {
+        let group = match names {
+            [] => return Vec::new(),
+            [_] => None,
+            _ => Some(private_group()),
+        };
+        let mut single: Vec<&str> = names.to_vec();
+        if let Some(group) = group {
+            single.retain(|name| match self.set_group(name, group) {
+                Ok(()) => false,
+                Err(e) if e.is_not_found() => false,
+                Err(e) => {
+                    log::debug!("{e}: deleting {name} by itself");
+                    true
                 }
+            });
+            if let Err(e) = self.delete_group(group) {
+                log::debug!("{e}: deleting the links one by one");
+                single = names.to_vec();
             }
-            Ok(())
-        };
-        self.run(op, acked)
-    }
-
-    /// Main-table unicast routes of one family (v4 when `v6` is false) in
-    /// this netns; blackhole/unreachable routes are left out, as they would
-    /// read like on-link routes here.
-    pub fn routes(&self, v6: bool) -> Result<Vec<Route>, Error> {
-        let (op, filter) = if v6 {
-            (
-                "list IPv6 routes",
-                RouteMessageBuilder::<Ipv6Addr>::new().build(),
-            )
-        } else {
-            (
-                "list IPv4 routes",
-                RouteMessageBuilder::<Ipv4Addr>::new().build(),
-            )
-        };
-        let request = self.handle.route().get(filter).execute();
-        let messages: Vec<RouteMessage> = self.run(op.to_string(), request.try_collect())?;
-        messages
-            .iter()
-            // A dump without strict checking returns every table.
-            .filter(|m| {
-                m.header.table == RouteHeader::RT_TABLE_MAIN && m.header.kind == RouteType::Unicast
-            })
-            .map(|m| route_from(m, v6).map_err(|e| Error::invalid(op.to_string(), e)))
+        }
+        single
+            .into_iter()
+            .filter_map(|name| self.delete_link(name).err().map(|e| (name.to_string(), e)))
             .collect()
     }
 
-    fn run<T>(
-        &self,
-        op: String,
-        request: impl Future<Output = Result<T, rtnetlink::Error>>,
-    ) -> Result<T, Error> {
-        self.rt.block_on(request).map_err(|e| Error::netlink(op, e))
+    fn set_group(&mut self, name: &str, group: u32) -> Result<(), Error> {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        m.attributes.push(LinkAttribute::Group(group));
+        let op = || format!("put link {name} in group {group}");
+        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+    }
+
+    /// Deletes every link of `group` in this netns; Ok when there is none.
+    fn delete_group(&mut self, group: u32) -> Result<(), Error> {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::Group(group));
+        let op = || format!("delete the links of group {group}");
+        match self.change(&op, RouteNetlinkMessage::DelLink(m), 0) {
+            Err(e) if !e.is_not_found() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn set_up(&mut self, index: u32) -> Result<(), Error> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.header.flags = LinkFlags::Up;
+        m.header.change_mask = LinkFlags::Up;
+        let op = || format!("set link #{index} up");
+        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+    }
+
+    /// Add an address; IPv6 with `IFA_F_NODAD` so it is usable at once: DAD would keep it
+    /// tentative (not usable as a source) for a second or more, and the IPAM already made it
+    /// unique.
+    pub fn add_addr(&mut self, index: u32, addr: IpNetwork) -> Result<(), Error> {
+        let mut m = AddressMessage::default();
+        m.header.index = index;
+        m.header.prefix_len = addr.prefix();
+        match addr.ip() {
+            IpAddr::V4(ip) => {
+                m.header.family = AddressFamily::Inet;
+                m.attributes.push(AddressAttribute::Address(ip.into()));
+                m.attributes.push(AddressAttribute::Local(ip.into()));
+                if addr.prefix() < 31 {
+                    let brd = u32::from(ip) | (u32::MAX >> addr.prefix());
+                    m.attributes
+                        .push(AddressAttribute::Broadcast(Ipv4Addr::from(brd)));
+                }
+            }
+            IpAddr::V6(ip) => {
+                m.header.family = AddressFamily::Inet6;
+                m.header.flags = AddressHeaderFlags::Nodad;
+                m.attributes.push(AddressAttribute::Address(ip.into()));
+                m.attributes.push(AddressAttribute::Local(ip.into()));
+            }
+        }
+        let op = || format!("add address {addr} to link #{index}");
+        self.change(
+            &op,
+            RouteNetlinkMessage::NewAddress(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    pub fn addrs(&mut self, index: u32) -> Result<Vec<IpNetwork>, Error> {
+        let mut m = AddressMessage::default();
+        m.header.index = index;
+        let op = || format!("list addresses of link #{index}");
+        let replies = self.request(&op, RouteNetlinkMessage::GetAddress(m), NLM_F_DUMP)?;
+        replies
+            .iter()
+            .filter_map(|r| match r {
+                // Without strict checking the kernel sends every link's addresses.
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => addr_from(a),
+                _ => None,
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::invalid(op(), e.to_string()))
+    }
+
+    /// Route with gateway, or on-link (scope link, no gateway) when gateway is None. Main
+    /// table. Fails with EEXIST when the destination has a route already, on any interface.
+    pub fn add_route(&mut self, route: &Route) -> Result<(), Error> {
+        let (op, message) = route_message("add", route);
+        self.change(
+            &|| op.clone(),
+            RouteNetlinkMessage::NewRoute(message),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Like [`Socket::add_route`], but a route to the same destination on another interface
+    /// is kept beside this one (`NLM_F_APPEND`, as the kernel adds connected routes); only the
+    /// same route twice is EEXIST.
+    pub fn append_route(&mut self, route: &Route) -> Result<(), Error> {
+        let (op, message) = route_message("append", route);
+        self.change(
+            &|| op.clone(),
+            RouteNetlinkMessage::NewRoute(message),
+            NLM_F_CREATE | NLM_F_APPEND,
+        )
+    }
+
+    /// Main-table unicast routes of one family (v4 when `v6` is false) in this netns;
+    /// blackhole/unreachable routes are left out, as they would read like on-link routes here.
+    pub fn routes(&mut self, v6: bool) -> Result<Vec<Route>, Error> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = if v6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        let op = || format!("list IPv{} routes", if v6 { 6 } else { 4 });
+        let replies = self.request(&op, RouteNetlinkMessage::GetRoute(m), NLM_F_DUMP)?;
+        replies
+            .iter()
+            .filter_map(|r| match r {
+                // A dump without strict checking returns every table.
+                RouteNetlinkMessage::NewRoute(m)
+                    if m.header.table == RouteHeader::RT_TABLE_MAIN
+                        && m.header.kind == RouteType::Unicast =>
+                {
+                    Some(route_from(m, v6).map_err(|e| Error::invalid(op(), e)))
+                }
+                _ => None,
+            })
+            .collect()
     }
 }
 
+/// A netdev group number for one call's links: high (far from the small numbers admins
+/// use), and different for calls running at once. Two calls that drew the same number would
+/// only delete each other's links, which both are deleting.
+fn private_group() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mix = (u64::from(std::process::id()) << 32) ^ t.as_nanos() as u64;
+    // iproute2 shows groups up to i32::MAX: stay within it.
+    0x4000_0000 | (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 34) as u32
+}
+
+/// The message for one veth end.
+fn veth_end(end: &VethEnd) -> LinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes
+        .push(LinkAttribute::IfName(end.name.to_string()));
+    if end.mtu != 0 {
+        m.attributes.push(LinkAttribute::Mtu(end.mtu));
+    }
+    if let Some(mac) = end.mac {
+        m.attributes.push(LinkAttribute::Address(mac.to_vec()));
+    }
+    m
+}
+
 /// The message for a route, and the operation's name for errors.
-fn route_message(verb: &str, route: &Route) -> Result<(String, RouteMessage), Error> {
+fn route_message(verb: &str, route: &Route) -> (String, RouteMessage) {
     let via = route
         .gateway
         .map_or(String::new(), |gw| format!(" via {gw}"));
@@ -374,37 +497,47 @@ fn route_message(verb: &str, route: &Route) -> Result<(String, RouteMessage), Er
         .oif
         .map_or(String::new(), |oif| format!(" dev #{oif}"));
     let op = format!("{verb} route {}{via}{dev}", route.dst);
-    // The kernel rejects host bits in a destination; CNI configs carry
-    // routes as networks (Go's ParseCIDR masks them), so mask the same way.
-    let mut builder = RouteMessageBuilder::<IpAddr>::new()
-        .destination_prefix(route.dst.network(), route.dst.prefix())
-        .map_err(|e| Error::invalid(op.clone(), e.to_string()))?;
-    if let Some(oif) = route.oif {
-        builder = builder.output_interface(oif);
-    }
-    builder = match route.gateway {
-        Some(gateway) => builder
-            .gateway(gateway)
-            .map_err(|e| Error::invalid(op.clone(), e.to_string()))?,
-        None => builder.scope(RouteScope::Link),
-    };
-    Ok((op, builder.build()))
-}
-
-fn veth_end<T>(builder: LinkMessageBuilder<T>, end: &VethEnd) -> LinkMessageBuilder<T> {
-    let builder = if end.mtu == 0 {
-        builder
+    let mut m = RouteMessage::default();
+    m.header.address_family = if route.dst.is_ipv6() {
+        AddressFamily::Inet6
     } else {
-        builder.mtu(end.mtu)
+        AddressFamily::Inet
     };
-    match end.mac {
-        Some(mac) => builder.address(mac.to_vec()),
-        None => builder,
+    m.header.destination_prefix_length = route.dst.prefix();
+    m.header.table = RouteHeader::RT_TABLE_MAIN;
+    m.header.protocol = RouteProtocol::Static;
+    m.header.kind = RouteType::Unicast;
+    m.header.scope = if route.gateway.is_some() {
+        RouteScope::Universe
+    } else {
+        RouteScope::Link
+    };
+    // The kernel rejects host bits in a destination; CNI configs carry routes as networks
+    // (Go's ParseCIDR masks them), so mask the same way.
+    if route.dst.prefix() > 0 {
+        m.attributes.push(RouteAttribute::Destination(route_address(
+            route.dst.network(),
+        )));
+    }
+    if let Some(gw) = route.gateway {
+        m.attributes
+            .push(RouteAttribute::Gateway(route_address(gw)));
+    }
+    if let Some(oif) = route.oif {
+        m.attributes.push(RouteAttribute::Oif(oif));
+    }
+    (op, m)
+}
+
+fn route_address(ip: IpAddr) -> RouteAddress {
+    match ip {
+        IpAddr::V4(ip) => RouteAddress::Inet(ip),
+        IpAddr::V6(ip) => RouteAddress::Inet6(ip),
     }
 }
 
-/// The kernel's `dev_valid_name()`. It refuses a bad name with the same bare
-/// EINVAL as a bad MTU, so names are checked here to tell the two apart.
+/// The kernel's `dev_valid_name()`. It refuses a bad name with the same bare EINVAL as a bad
+/// MTU, so names are checked here to tell the two apart.
 fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() < libc::IFNAMSIZ
@@ -435,8 +568,8 @@ fn link_from(message: LinkMessage) -> Link {
 }
 
 fn addr_from(message: &AddressMessage) -> Option<Result<IpNetwork, ipnetwork::IpNetworkError>> {
-    // IFA_LOCAL is the interface's own address; IFA_ADDRESS differs from it
-    // only on point-to-point links (the peer) and is the only one for IPv6.
+    // IFA_LOCAL is the interface's own address; IFA_ADDRESS differs from it only on
+    // point-to-point links (the peer) and is the only one for IPv6.
     let mut address = None;
     for attribute in &message.attributes {
         match attribute {
@@ -483,8 +616,8 @@ fn route_ip(address: &RouteAddress) -> Result<IpAddr, String> {
     }
 }
 
-/// Every failure names the operation and the object, and keeps the errno
-/// (when there is one) for callers.
+/// Every failure names the operation and the object, and keeps the errno (when there is one)
+/// for callers.
 #[derive(Debug)]
 pub struct Error {
     op: String,
@@ -523,14 +656,11 @@ impl Error {
         Error::new(op, io::Error::other(reason))
     }
 
-    fn netlink(op: String, error: rtnetlink::Error) -> Error {
-        match error {
-            rtnetlink::Error::NetlinkError(message) => Error {
-                op,
-                detail: ext_ack_message(&message),
-                source: message.to_io(),
-            },
-            other => Error::new(op, io::Error::other(other.to_string())),
+    fn netlink(op: String, error: &ErrorMessage) -> Error {
+        Error {
+            op,
+            detail: ext_ack_message(error),
+            source: error.to_io(),
         }
     }
 }
@@ -551,15 +681,13 @@ impl std::error::Error for Error {
     }
 }
 
-/// The text of `NLMSGERR_ATTR_MSG`, which the kernel appends after the echoed
-/// request when extended acks are on. rtnetlink keeps that part of the error
-/// message as raw bytes.
+/// The text of `NLMSGERR_ATTR_MSG`, which the kernel appends after the echoed request when
+/// extended acks are on. The decoder keeps that part of the error message as raw bytes.
 fn ext_ack_message(error: &ErrorMessage) -> Option<String> {
     // From linux/netlink.h; libc does not define it.
     const NLMSGERR_ATTR_MSG: u16 = 1;
     let echoed = &error.header;
-    // The echoed request starts with its own nlmsghdr, whose first field is
-    // its length.
+    // The echoed request starts with its own nlmsghdr, whose first field is its length.
     let request_len = u32::from_ne_bytes(echoed.get(..4)?.try_into().ok()?);
     let attributes = echoed.get(usize::try_from(request_len).ok()?.next_multiple_of(4)..)?;
     NlasIterator::new(attributes)
@@ -571,4 +699,46 @@ fn ext_ack_message(error: &ErrorMessage) -> Option<String> {
                 .to_string()
         })
         .filter(|text| !text.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_groups_are_high_and_within_what_ip_shows() {
+        for _ in 0..100 {
+            let g = private_group();
+            assert!((0x4000_0000..=i32::MAX as u32).contains(&g), "{g:#x}");
+        }
+    }
+
+    #[test]
+    fn route_messages_mask_host_bits_and_scope_on_link_routes() {
+        let (op, m) = route_message(
+            "append",
+            &Route {
+                dst: "fd00::1/128".parse().unwrap(),
+                gateway: None,
+                oif: Some(4),
+            },
+        );
+        assert_eq!(op, "append route fd00::1/128 dev #4");
+        assert_eq!(m.header.scope, RouteScope::Link);
+        let (_, m) = route_message(
+            "add",
+            &Route {
+                dst: "10.1.2.3/24".parse().unwrap(),
+                gateway: Some("10.1.2.1".parse().unwrap()),
+                oif: None,
+            },
+        );
+        assert!(
+            m.attributes
+                .contains(&RouteAttribute::Destination(RouteAddress::Inet(
+                    "10.1.2.0".parse().unwrap()
+                )))
+        );
+        assert_eq!(m.header.scope, RouteScope::Universe);
+    }
 }

@@ -1,14 +1,13 @@
 //! Pod identity from CNI_ARGS, as Multus, CNI-Genie and podman send it.
 
-use crate::cni::{Error, Result, valid_name};
+use crate::cni::valid_name;
+use crate::error::{Error, Result};
 
 /// The pod an invocation is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
     pub namespace: String,
     pub name: String,
-    /// Not needed to find the VMIs (the agent gives the pod uuid); kept for logs.
-    pub uid: Option<String>,
 }
 
 impl Pod {
@@ -49,14 +48,13 @@ pub fn from_args(args: &str) -> Result<Option<Pod>> {
     Ok(Some(Pod {
         namespace: namespace.to_string(),
         name: name.to_string(),
-        uid: lookup(args, "K8S_POD_UID").map(str::to_string),
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::code;
+    use crate::error::code;
 
     #[test]
     fn multus_args_with_repeated_keys() {
@@ -69,7 +67,6 @@ mod tests {
             Pod {
                 namespace: "ns1".into(),
                 name: "web-0".into(),
-                uid: Some("u-1".into())
             }
         );
         assert_eq!(pod.vm_name("k8s"), "k8s__ns1__web-0");
@@ -80,7 +77,7 @@ mod tests {
         let pod = from_args("K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_UID=;K8S_POD_NAME=")
             .unwrap()
             .unwrap();
-        assert_eq!((pod.name.as_str(), pod.uid), ("p", None));
+        assert_eq!(pod.name, "p");
     }
 
     #[test]
@@ -88,7 +85,7 @@ mod tests {
         let pod = from_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=g")
             .unwrap()
             .unwrap();
-        assert_eq!(pod.uid, None);
+        assert_eq!(pod.vm_name("k8s"), "k8s__default__g");
     }
 
     #[test]
@@ -114,8 +111,8 @@ mod tests {
             "K8S_POD_NAME=.x",
         ] {
             let err = from_args(args).unwrap_err();
-            assert_eq!(err.code, code::INVALID_ENV, "{args}");
-            assert!(err.msg.contains("CNI_ARGS"));
+            assert_eq!(err.code(), code::INVALID_ENV, "{args}");
+            assert!(err.to_string().contains("CNI_ARGS"));
         }
     }
 }

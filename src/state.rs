@@ -56,13 +56,23 @@ pub struct Record {
         skip_serializing_if = "String::is_empty"
     )]
     pub mac: String,
-    /// "true" when this interface carries the pod's default route.
-    #[serde(
-        rename = "default-gw",
-        default,
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub default_gw: String,
+    /// Whether this interface carries the pod's default route; written as "true"/"false"
+    /// like the agent's own keys, absent from files the agent wrote.
+    #[serde(rename = "default-gw", default, with = "string_bool")]
+    pub default_gw: bool,
+}
+
+/// A bool kept as the string "true" or "false" (every value in these files is a string).
+mod string_bool {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &bool, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if *b { "true" } else { "false" })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        Ok(String::deserialize(d)? == "true")
+    }
 }
 
 impl Record {
@@ -358,7 +368,7 @@ mod tests {
             state_version: STATE_VERSION.into(),
             network: "net-a".into(),
             mac: "02:00:00:00:00:01".into(),
-            default_gw: String::new(),
+            default_gw: false,
         }
     }
 

@@ -1,13 +1,18 @@
-//! VMIs (virtual machine interfaces) as the agent describes them, and the choice of the one VMI
-//! an attachment is for. Pure: parsing and decisions over plain data, no I/O.
+//! VMIs (virtual machine interfaces) as the agent describes them, and the choice of the VMIs
+//! a call sets up. Pure: the agent's answers decoded into typed data and checked, and decisions
+//! over plain data; no I/O.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
 
 use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::cni::{Error, Result, check_ifname};
+use crate::cni::check_ifname;
+use crate::error::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mac(pub [u8; 6]);
@@ -75,7 +80,6 @@ pub struct Vmi {
     pub uuid: String,
     pub vm_uuid: String,
     pub vn_uuid: String,
-    pub vn_name: String,
     pub mac: Mac,
     /// The NetworkAttachmentDefinition name, `default` for the cluster pod network.
     pub network: String,
@@ -88,52 +92,72 @@ pub struct Vmi {
     pub default_gw: bool,
 }
 
-fn field<'a>(obj: &'a Value, key: &str, what: &str) -> Result<&'a str> {
-    obj.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::decode(format!("agent sent {what} without a string {key:?}")))
+/// Decodes an agent answer into `T`: invalid JSON, or JSON of another shape than the contract's
+/// (naming where), is a decode error.
+fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let invalid = |e| Error::decode(format!("agent sent invalid JSON for {what}: {e}"));
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let e = e.into_inner();
+        if e.is_data() {
+            Error::decode(format!("agent sent {what} in another shape ({path}: {e})"))
+        } else {
+            invalid(e)
+        }
+    })?;
+    de.end().map_err(invalid)?;
+    Ok(value)
 }
 
-fn uuid_field(obj: &Value, key: &str, what: &str) -> Result<String> {
-    let s = field(obj, key, what)?;
-    if !valid_uuid(s) {
+/// One element of the `/vm-cfg` answer, as the agent writes it.
+#[derive(Deserialize)]
+struct CfgItem {
+    id: String,
+    #[serde(rename = "vm-uuid")]
+    vm_uuid: String,
+    #[serde(rename = "vn-id")]
+    vn_id: String,
+    #[serde(rename = "mac-address")]
+    mac: String,
+    /// `{key:value}` strings; anything else in the list is not an annotation and is skipped.
+    #[serde(default)]
+    annotations: Vec<Value>,
+}
+
+fn checked_uuid(s: String, key: &str, what: &str) -> Result<String> {
+    if !valid_uuid(&s) {
         return Err(Error::decode(format!(
             "agent sent {what} with {key} {s:?}, which is not a lowercase uuid"
         )));
     }
-    Ok(s.to_string())
+    Ok(s)
+}
+
+fn mac(s: &str, what: &str) -> Result<Mac> {
+    Mac::parse(s).ok_or_else(|| {
+        Error::decode(format!(
+            "agent sent {what} with MAC {s:?}, not a unicast MAC"
+        ))
+    })
 }
 
 /// Parses the body of `GET /vm-cfg/<vm-name>`.
 pub fn parse_cfg(body: &[u8]) -> Result<Vec<Vmi>> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| Error::decode(format!("agent sent invalid JSON for the pod's VMIs: {e}")))?;
-    let items = v
-        .as_array()
-        .ok_or_else(|| Error::decode("agent sent a non-array for the pod's VMIs"))?;
+    let items: Vec<CfgItem> = decode(body, "the pod's VMIs")?;
     let lone = items.len() == 1;
-    items.iter().map(|item| parse_one_cfg(item, lone)).collect()
+    items.into_iter().map(|item| vmi(item, lone)).collect()
 }
 
-fn parse_one_cfg(item: &Value, lone: bool) -> Result<Vmi> {
-    let uuid = uuid_field(item, "id", "a VMI")?;
+fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
+    let uuid = checked_uuid(item.id, "id", "a VMI")?;
     let what = format!("VMI {uuid}");
-    let mac_s = field(item, "mac-address", &what)?;
-    let mac = Mac::parse(mac_s).ok_or_else(|| {
-        Error::decode(format!(
-            "agent sent {what} with MAC {mac_s:?}, not a unicast MAC"
-        ))
-    })?;
+    let mac = mac(&item.mac, &what)?;
     let mut network = None;
     let mut index = None;
     let mut interface = None;
     let mut default_gw = false;
-    for a in item
-        .get("annotations")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for a in &item.annotations {
         // `{key:value}`, split at the first colon: values may contain colons.
         let Some((k, v)) = a
             .as_str()
@@ -178,13 +202,8 @@ fn parse_one_cfg(item: &Value, lone: bool) -> Result<Vmi> {
         }
     };
     Ok(Vmi {
-        vm_uuid: uuid_field(item, "vm-uuid", &what)?,
-        vn_uuid: uuid_field(item, "vn-id", &what)?,
-        vn_name: item
-            .get("vn-name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string(),
+        vm_uuid: checked_uuid(item.vm_uuid, "vm-uuid", &what)?,
+        vn_uuid: checked_uuid(item.vn_id, "vn-id", &what)?,
         mac,
         network: network.unwrap_or_else(|| "default".to_string()),
         index,
@@ -255,23 +274,67 @@ impl IpConfig {
     }
 }
 
-/// An address field: absent, empty, `0.0.0.0` and `::` all mean "none" (older agents send the
+/// One element of the `/vm/...` answer, as the agent writes it. A family's fields are present
+/// only when its network has IPAM.
+#[derive(Deserialize)]
+struct IpItem {
+    id: String,
+    #[serde(rename = "mac-address")]
+    mac: String,
+    #[serde(rename = "system-name")]
+    system_name: Option<String>,
+    #[serde(rename = "ip-address")]
+    ip: Option<String>,
+    plen: Option<Plen>,
+    gateway: Option<String>,
+    #[serde(rename = "dns-server")]
+    dns: Option<String>,
+    #[serde(rename = "v6-ip-address")]
+    ip6: Option<String>,
+    /// The real agent sends none; the seed design's sample does.
+    #[serde(rename = "v6-plen")]
+    plen6: Option<Plen>,
+    #[serde(rename = "v6-gateway")]
+    gateway6: Option<String>,
+    #[serde(rename = "v6-dns-server")]
+    dns6: Option<String>,
+}
+
+/// A prefix length as agents send it: a number, or a string holding one.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Plen {
+    Number(serde_json::Number),
+    Text(String),
+}
+
+impl Plen {
+    /// The length within `1..=max`; `None` for an empty string.
+    fn get(&self, key: &str, max: u8, what: &str) -> Result<Option<u8>> {
+        let (n, shown) = match self {
+            Plen::Text(s) if s.trim().is_empty() => return Ok(None),
+            Plen::Text(s) => (s.trim().parse::<u64>().ok(), format!("{s:?}")),
+            Plen::Number(n) => (n.as_u64(), n.to_string()),
+        };
+        match n {
+            Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u8)),
+            _ => Err(Error::decode(format!(
+                "agent sent {what} with {key} {shown}, not 1..={max}"
+            ))),
+        }
+    }
+}
+
+/// An address: absent, empty, `0.0.0.0` and `::` all mean "none" (older agents send the
 /// unspecified address, with stray spaces, for a family without IPAM).
-fn addr_field<T: std::str::FromStr + Into<IpAddr> + Copy>(
-    obj: &Value,
+fn addr<T: FromStr + Into<IpAddr> + Copy>(
+    s: Option<&str>,
     key: &str,
     what: &str,
 ) -> Result<Option<T>> {
-    let Some(v) = obj.get(key).filter(|v| !v.is_null()) else {
+    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
-    let s = v
-        .as_str()
-        .ok_or_else(|| Error::decode(format!("agent sent {what} with a non-string {key}")))?
-        .trim();
-    if s.is_empty() {
-        return Ok(None);
-    }
     let a: T = s.parse().map_err(|_| {
         Error::decode(format!(
             "agent sent {what} with {key} {s:?}, not an address"
@@ -280,61 +343,41 @@ fn addr_field<T: std::str::FromStr + Into<IpAddr> + Copy>(
     Ok((!a.into().is_unspecified()).then_some(a))
 }
 
-/// A prefix length, as a number or a numeric string.
-fn plen_field(obj: &Value, key: &str, max: u8, what: &str) -> Result<Option<u8>> {
-    let n = match obj.get(key) {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Number(n)) => n.as_u64(),
-        Some(Value::String(s)) if s.trim().is_empty() => return Ok(None),
-        Some(Value::String(s)) => s.trim().parse().ok(),
-        Some(_) => None,
-    };
-    match n {
-        Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u8)),
-        _ => Err(Error::decode(format!(
-            "agent sent {what} with {key} {}, not 1..={max}",
-            obj[key]
-        ))),
-    }
-}
-
 /// Parses the body of `GET /vm/<vm-uuid>/<vmi-uuid>`: an array holding that VMI.
 pub fn parse_ip(body: &[u8], vmi_uuid: &str) -> Result<IpConfig> {
     let what = format!("VMI {vmi_uuid}");
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        Error::decode(format!(
-            "agent sent invalid JSON for the IP config of {what}: {e}"
-        ))
-    })?;
-    let item = v
-        .as_array()
-        .and_then(|a| {
-            a.iter()
-                .find(|i| i.get("id").and_then(Value::as_str) == Some(vmi_uuid))
-        })
+    let items: Vec<IpItem> = decode(body, &format!("the IP config of {what}"))?;
+    let item = items
+        .into_iter()
+        .find(|i| i.id == vmi_uuid)
         .ok_or_else(|| {
             Error::decode(format!("agent's IP config answer does not contain {what}"))
         })?;
-    let mac_s = field(item, "mac-address", &what)?;
-    let mac = Mac::parse(mac_s).ok_or_else(|| {
-        Error::decode(format!(
-            "agent sent {what} with MAC {mac_s:?}, not a unicast MAC"
-        ))
-    })?;
-    let v4 = match addr_field::<Ipv4Addr>(item, "ip-address", &what)? {
+    let mac = mac(&item.mac, &what)?;
+    let v4 = match addr::<Ipv4Addr>(item.ip.as_deref(), "ip-address", &what)? {
         None => None,
         Some(ip) => {
-            let plen = plen_field(item, "plen", 32, &what)?.ok_or_else(|| {
+            let plen = match &item.plen {
+                Some(p) => p.get("plen", 32, &what)?,
+                None => None,
+            }
+            .ok_or_else(|| {
                 Error::decode(format!("agent sent {what} with ip-address but no plen"))
             })?;
             Some(Ipv4Network::new(ip, plen).map_err(|e| Error::decode(format!("{what}: {e}")))?)
         }
     };
-    let v6 = match addr_field::<Ipv6Addr>(item, "v6-ip-address", &what)? {
+    let v6 = match addr::<Ipv6Addr>(item.ip6.as_deref(), "v6-ip-address", &what)? {
         None => None,
         Some(ip) => {
-            let plen = plen_field(item, "v6-plen", 128, &what)?.unwrap_or(128);
-            Some(Ipv6Network::new(ip, plen).map_err(|e| Error::decode(format!("{what}: {e}")))?)
+            let plen = match &item.plen6 {
+                Some(p) => p.get("v6-plen", 128, &what)?,
+                None => None,
+            };
+            Some(
+                Ipv6Network::new(ip, plen.unwrap_or(128))
+                    .map_err(|e| Error::decode(format!("{what}: {e}")))?,
+            )
         }
     };
     if v4.is_none() && v6.is_none() {
@@ -342,20 +385,15 @@ pub fn parse_ip(body: &[u8], vmi_uuid: &str) -> Result<IpConfig> {
             "agent reports {what} ready but with neither an IPv4 nor an IPv6 address"
         )));
     }
-    let registered_as = item
-        .get("system-name")
-        .and_then(Value::as_str)
-        .filter(|s| check_ifname(s).is_ok())
-        .map(str::to_string);
     Ok(IpConfig {
         v4,
-        v4_gateway: addr_field(item, "gateway", &what)?,
-        v4_dns: addr_field(item, "dns-server", &what)?,
+        v4_gateway: addr(item.gateway.as_deref(), "gateway", &what)?,
+        v4_dns: addr(item.dns.as_deref(), "dns-server", &what)?,
         v6,
-        v6_gateway: addr_field(item, "v6-gateway", &what)?,
-        v6_dns: addr_field(item, "v6-dns-server", &what)?,
+        v6_gateway: addr(item.gateway6.as_deref(), "v6-gateway", &what)?,
+        v6_dns: addr(item.dns6.as_deref(), "v6-dns-server", &what)?,
         mac,
-        registered_as,
+        registered_as: item.system_name.filter(|s| check_ifname(s).is_ok()),
     })
 }
 
@@ -443,6 +481,79 @@ pub fn resolve<'a>(
         })
 }
 
+impl Unresolved {
+    /// The CNI error for an attachment of pod `vm_name` to `network` that nothing fits.
+    pub fn error(self, network: &str, vm_name: &str) -> Error {
+        Error::NoVmi(match self {
+            Unresolved::NoSuchNetwork { known } => format!(
+                "pod {vm_name} has no interface on network {network:?}; the agent knows it on: {}. \
+                 Check that the NetworkAttachmentDefinition name matches the pod's networks annotation",
+                known.join(", ")
+            ),
+            Unresolved::AllTaken { count } => format!(
+                "all {count} interface(s) of pod {vm_name} on network {network:?} are already attached \
+                 under other interface names; the pod references that network fewer times than it is \
+                 being attached"
+            ),
+        })
+    }
+}
+
+/// One interface a call sets up: its VMI, its name in the pod, and whether it carries the pod's
+/// default route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wanted<'a> {
+    pub vmi: &'a Vmi,
+    pub ifname: String,
+    pub default_gw: bool,
+}
+
+/// Plugin mode: the one VMI for this attachment (see [`resolve`]).
+pub fn for_attachment<'a>(
+    at: Attachment<'_>,
+    vmis: &'a [Vmi],
+    claims: &[Claim],
+    registered: &[String],
+) -> std::result::Result<Wanted<'a>, Unresolved> {
+    let vmi = resolve(at, vmis, claims, registered)?;
+    Ok(Wanted {
+        vmi,
+        ifname: at.ifname.to_string(),
+        default_gw: default_gw(vmis) == Some(vmi),
+    })
+}
+
+/// Thick mode: every VMI of the pod in index order, named by its `interface` annotation, else
+/// `ifname` (CNI_IFNAME) for index 0 and `eth<index>`. Two VMIs may not share a name.
+#[cfg(feature = "thick")]
+pub fn for_pod<'a>(vmis: &'a [Vmi], ifname: &str) -> Result<Vec<Wanted<'a>>> {
+    let mut sorted: Vec<&Vmi> = vmis.iter().collect();
+    sorted.sort_by_key(|v| v.index);
+    let gw = default_gw(vmis);
+    let mut wanted: Vec<Wanted> = Vec::with_capacity(sorted.len());
+    for v in sorted {
+        let name = match (&v.interface, v.index) {
+            (Some(name), _) => name.clone(),
+            (None, 0) => ifname.to_string(),
+            (None, k) => format!("eth{k}"),
+        };
+        check_ifname(&name)
+            .map_err(|why| Error::Interface(format!("interface name {name:?} {why}")))?;
+        if let Some(other) = wanted.iter().find(|w| w.ifname == name) {
+            return Err(Error::Interface(format!(
+                "VMIs {} (index {}) and {} (index {}) would both be {name}: fix the pod's interface names",
+                other.vmi.uuid, other.vmi.index, v.uuid, v.index
+            )));
+        }
+        wanted.push(Wanted {
+            vmi: v,
+            ifname: name,
+            default_gw: gw == Some(v),
+        });
+    }
+    Ok(wanted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,7 +570,6 @@ mod tests {
             uuid: uuid(n),
             vm_uuid: VM.into(),
             vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
-            vn_name: format!("default-domain:k8s-default:{network}"),
             mac: Mac([2, 0, 0, 0, 0, n]),
             network: network.into(),
             index,
@@ -717,8 +827,8 @@ mod tests {
         ];
         for b in bad {
             assert_eq!(
-                parse_cfg(b.to_string().as_bytes()).unwrap_err().code,
-                crate::cni::code::DECODE,
+                parse_cfg(b.to_string().as_bytes()).unwrap_err().code(),
+                crate::error::code::DECODE,
                 "{b}"
             );
         }
@@ -796,7 +906,7 @@ mod tests {
             let mut item = ip_item();
             item[k] = v.clone();
             let err = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap_err();
-            assert_eq!(err.code, crate::cni::code::DECODE, "{k}={v}");
+            assert_eq!(err.code(), crate::error::code::DECODE, "{k}={v}");
         }
         let mut none = ip_item();
         none["ip-address"] = json!("");
@@ -832,5 +942,64 @@ mod tests {
         ] {
             assert!(!valid_uuid(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn plugin_mode_wants_one_vmi_with_the_default_route_rule() {
+        let vmis = pod();
+        let w = for_attachment(at("default", "eth0"), &vmis, &[], &[]).unwrap();
+        assert_eq!(
+            (w.vmi.uuid.as_str(), w.ifname.as_str(), w.default_gw),
+            (uuid(8).as_str(), "eth0", true)
+        );
+        let w = for_attachment(at("net-a", "net1"), &vmis, &[], &[]).unwrap();
+        assert!(!w.default_gw);
+        let err = for_attachment(at("net-z", "net9"), &vmis, &[], &[])
+            .unwrap_err()
+            .error("net-z", "k8s__default__p");
+        assert_eq!(err.code(), crate::error::code::NO_VMI);
+        assert!(err.to_string().contains("default, net-a, net-b"), "{err}");
+    }
+
+    #[cfg(feature = "thick")]
+    #[test]
+    fn thick_mode_names_follow_index_and_annotations() {
+        let mut vmis = pod();
+        vmis[0].interface = Some("data0".into()); // net-a, index 3
+        let names: Vec<String> = for_pod(&vmis, "eth0")
+            .unwrap()
+            .into_iter()
+            .map(|w| w.ifname)
+            .collect();
+        assert_eq!(names, ["eth0", "eth1", "eth2", "data0"]);
+        assert_eq!(for_pod(&vmis, "ceth0").unwrap()[0].ifname, "ceth0");
+        // The default route: annotated, else the cluster network's.
+        let gw: Vec<bool> = for_pod(&vmis, "eth0")
+            .unwrap()
+            .iter()
+            .map(|w| w.default_gw)
+            .collect();
+        assert_eq!(gw, [true, false, false, false]);
+        vmis[1].default_gw = true; // net-b, index 2
+        let gw: Vec<bool> = for_pod(&vmis, "eth0")
+            .unwrap()
+            .iter()
+            .map(|w| w.default_gw)
+            .collect();
+        assert_eq!(gw, [false, false, true, false]);
+    }
+
+    #[cfg(feature = "thick")]
+    #[test]
+    fn thick_mode_name_clashes_fail_before_anything_happens() {
+        let mut vmis = pod();
+        vmis[1].interface = Some("eth1".into()); // index 2 asks for eth1, index 1's name
+        let err = for_pod(&vmis, "eth0").unwrap_err();
+        assert_eq!(err.code(), crate::error::code::INTERFACE);
+        assert!(err.to_string().contains("both be eth1"), "{err}");
+        // CNI_IFNAME itself may clash with an annotation.
+        let mut vmis = pod();
+        vmis[3].interface = Some("eth0".into());
+        assert!(for_pod(&vmis, "eth0").is_err());
     }
 }

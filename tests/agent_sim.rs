@@ -3,13 +3,11 @@
 //! test trusts the simulator, so what it promises is executable here. Raw HTTP on purpose: the
 //! status line, the error bodies and the kept-alive connection are part of the contract.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// One HTTP exchange on an open connection: (status line, body).

@@ -8,12 +8,10 @@
 //! Each run draws fresh seeds; a failure prints its seed. Replay one with
 //! `CONTRAIL_COMBO_SEED=<seed> cargo nextest run --release combos`.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// Cases per test function; four functions run in parallel.

@@ -4,9 +4,7 @@
 //! stays registered and passes CHECK, and a fresh ADD gets the right VMI.
 #![cfg(feature = "crash-points")]
 
-mod common;
-
-use common::*;
+use contrail_testkit::*;
 use serde_json::json;
 
 /// The steps of ADD, in order (see `crash::point` calls in src/): the claim, the veth, the

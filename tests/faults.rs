@@ -2,12 +2,10 @@
 //! (the simulator's fault switches). Each ADD must fail with the right code within its bound,
 //! say what to look at, and leave nothing behind; DEL must work without a usable agent.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 const POLL_TIMEOUT: f64 = 0.2;

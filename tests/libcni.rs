@@ -10,14 +10,12 @@
 //! and gives it back to CHECK and DEL as `prevResult` (from 0.4.0 on), refuses CHECK below
 //! 0.4.0 without calling any plugin, and runs DEL in reverse plugin order.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// The versions both libcni 1.1.2 and the plugin support: libcni 1.1.2 knows none after 1.0.0.

@@ -1,8 +1,6 @@
 //! What Multus and CNI-Genie really send, and how they react to failures.
 
-mod common;
-
-use common::*;
+use contrail_testkit::*;
 use serde_json::json;
 
 #[test]

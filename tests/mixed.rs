@@ -2,9 +2,7 @@
 //! cluster network, as calico would be), net1 contrail net-a, net2 macvlan on a veth master,
 //! net3 contrail net-a again.
 
-mod common;
-
-use common::*;
+use contrail_testkit::*;
 use serde_json::json;
 
 #[test]

@@ -2,11 +2,9 @@
 //! exactly those files, the way Multus and CNI-Genie would read and pass them, overriding only
 //! what points at this test's simulator and directories.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 fn netconf(name: &str) -> String {

@@ -1,14 +1,12 @@
 //! Operating the plugin: install and upgrade, the DaemonSet's installer, `inspect` against
 //! deliberately broken states, `--version`.
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 fn repo(rel: &str) -> PathBuf {
@@ -42,6 +40,54 @@ fn version_names_the_git_revision() {
         "{out}"
     );
     assert!(out.contains("1.1.0"), "{out}");
+}
+
+#[test]
+fn run_by_hand_without_arguments_it_says_what_it_is_like_the_reference_plugins() {
+    let out = Command::new(plugin_bin()).env_clear().output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "stdout belongs to CNI results");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err,
+        format!(
+            "CNI contrail-k8s-cni plugin v{}\nCNI protocol versions supported: 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
+#[test]
+fn every_subcommand_has_help_and_mistakes_are_explained() {
+    for args in [
+        &["--help"][..],
+        &["install", "--help"],
+        &["inspect", "--help"],
+    ] {
+        let (ok, out, err) = by_hand(&plugin_bin(), args);
+        assert!(ok, "{args:?}: {err}");
+        assert!(out.contains("Usage: contrail-k8s-cni"), "{args:?}: {out}");
+    }
+    let (_, out, _) = by_hand(&plugin_bin(), &["install", "--help"]);
+    assert!(
+        out.contains("--bin-dir <DIR>") && out.contains("--conf <FILE>"),
+        "{out}"
+    );
+    let (_, out, _) = by_hand(&plugin_bin(), &["--help"]);
+    assert!(out.contains("install") && out.contains("inspect"), "{out}");
+    for (args, words) in [
+        (&["frobnicate"][..], "unrecognized subcommand"),
+        (&["install", "--bin-dir"], "a value is required"),
+        (
+            &["install", "--bin-dir", "/x", "--conf", "/y"],
+            "--conf-dir",
+        ),
+        (&["inspect", "--jsn"], "unexpected argument"),
+    ] {
+        let (ok, _, err) = by_hand(&plugin_bin(), args);
+        assert!(!ok, "{args:?}");
+        assert!(err.contains(words), "{args:?}: {err}");
+    }
 }
 
 #[test]
@@ -142,7 +188,10 @@ fn install_refuses_a_config_the_plugin_would_reject() {
     assert!(err.contains("contrail.mtu"), "{err}");
     assert!(!conf_dir.join("10-contrail.conf").exists());
     let (ok, _, err) = by_hand(&plugin_bin(), &["install"]);
-    assert!(!ok && err.contains("--bin-dir is required"), "{err}");
+    assert!(
+        !ok && err.contains("required") && err.contains("--bin-dir"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,11 +1,9 @@
 //! Plugin mode end to end: the release binary, called as Multus calls a delegate, in real
 //! network namespaces, against the agent simulator.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];

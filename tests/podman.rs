@@ -10,15 +10,13 @@
 //! place that cannot be moved is libcni's result cache in /var/lib/cni/results (podman 4.3 does
 //! not configure a cache dir); its entries are per container id and checked to be gone.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// The shipped conflist these tests prove.

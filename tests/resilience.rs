@@ -1,13 +1,11 @@
 //! Never strands a pod: GC and STATUS, many pods at once, races, stale and corrupt state,
 //! hostile input.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
 
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns, ifname: &str, network: &str) -> Value {

@@ -1,9 +1,7 @@
 //! Thick mode (built with `--features thick`): one call sets up every interface of the pod.
 #![cfg(feature = "thick")]
 
-mod common;
-
-use common::*;
+use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// netconf/10-contrail-thick.conf as shipped, pointed at this test's agent and directories.

@@ -1,6 +1,6 @@
-//! Test harness: runs the real release binary as a runtime does (environment + stdin), in
-//! network namespaces the test creates and always removes, against the agent simulator.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! The end-to-end tests' harness: runs the real release binary as a runtime does (environment
+//! and stdin), in network namespaces the test creates and always removes, against the agent
+//! simulator.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -9,13 +9,29 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// Where this build's binaries are: a test runs from `target/<profile>/deps`, one level below.
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("a test binary in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The plugin binary of this build.
 pub fn plugin_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_contrail-k8s-cni"))
+    let p = build_dir().join("contrail-k8s-cni");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release --bins --examples` first",
+        p.display()
+    );
+    p
 }
 
 /// The simulator example, built next to the binary (`cargo build --release --examples`).
 pub fn sim_bin() -> PathBuf {
-    let p = plugin_bin().parent().unwrap().join("examples/agent_sim");
+    let p = build_dir().join("examples/agent_sim");
     assert!(
         p.exists(),
         "{} is missing: run `cargo build --release --examples` first",
