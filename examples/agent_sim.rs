@@ -8,10 +8,7 @@
 //! calls: the registered ports, each with `sim-registered-ns`, when it was registered on the
 //! node's CLOCK_MONOTONIC (for the benchmark's readiness lag).
 //!
-//! Usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] [--delay-ms N]
-//!        [--fail METHOD:PATH_PREFIX:STATUS]... [--hang METHOD:PATH_PREFIX]...
-//!        [--garbage METHOD:PATH_PREFIX]... [--truncate METHOD:PATH_PREFIX]...
-//!        [--respond METHOD:PATH_PREFIX:STATUS:FILE]...
+//! Usage: `agent_sim --help`.
 //!
 //! The fault switches make requests whose method is METHOD and whose path starts with
 //! PATH_PREFIX misbehave, the first matching switch winning: `--fail` answers STATUS with an
@@ -33,12 +30,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use std::{env, process, thread};
+use std::{process, thread};
 
-const USAGE: &str = "usage: agent_sim --pods FILE [--listen ADDR] [--state-dir DIR] \
-                     [--delay-ms N] [--fail METHOD:PATH_PREFIX:STATUS]... \
-                     [--hang METHOD:PATH_PREFIX]... [--garbage METHOD:PATH_PREFIX]... \
-                     [--truncate METHOD:PATH_PREFIX]... [--respond METHOD:PATH_PREFIX:STATUS:FILE]...";
+use clap::{CommandFactory, FromArgMatches, Parser};
+
 const AUTHOR: &str = "/usr/bin/contrail-vrouter-agent";
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 const NO_VLAN: u16 = 65535;
@@ -173,8 +168,9 @@ impl Vmi {
     }
 }
 
-fn load_pods(path: &str) -> Result<Vec<Pod>, String> {
-    let text = fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+fn load_pods(path: &Path) -> Result<Vec<Pod>, String> {
+    let path = path.display();
+    let text = fs::read_to_string(path.to_string()).map_err(|e| format!("{path}: {e}"))?;
     let file: PodFile = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let mut seen = HashSet::new();
     let mut pods = Vec::new();
@@ -429,6 +425,7 @@ fn not_found() -> (u16, String) {
 }
 
 /// How a request matched by a fault switch misbehaves.
+#[derive(Clone)]
 enum Fault {
     Fail(u16),
     Hang,
@@ -437,6 +434,7 @@ enum Fault {
     Respond(u16, Vec<u8>),
 }
 
+#[derive(Clone)]
 struct Rule {
     method: String,
     prefix: String,
@@ -850,46 +848,65 @@ fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) -> boo
 
 // ---------------------------------------------------------------- command line
 
+/// Stand-in for the vRouter agent's port-IPC REST API, for tests. A fault switch makes the
+/// requests whose method is METHOD and whose path starts with PATH_PREFIX misbehave; the first
+/// matching switch on the command line wins.
+#[derive(Parser)]
+#[command(name = "agent_sim")]
 struct Args {
-    pods: String,
+    /// The pods the agent knows, with their VMIs (like examples/demo-pod.json).
+    #[arg(long, value_name = "FILE")]
+    pods: PathBuf,
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091")]
     listen: String,
+    /// Write a port file there on registration, and reload them at start, as the agent does.
+    #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    delay: Duration,
-    rules: Vec<Rule>,
+    /// Delay every answer by N milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    delay_ms: u64,
+    /// Answer STATUS with an agent-style error body.
+    #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS", value_parser = rule_of("--fail"))]
+    fail: Vec<Rule>,
+    /// Never answer, holding the connection until the client gives up.
+    #[arg(long, value_name = "METHOD:PATH_PREFIX", value_parser = rule_of("--hang"))]
+    hang: Vec<Rule>,
+    /// Answer 200 with malformed JSON.
+    #[arg(long, value_name = "METHOD:PATH_PREFIX", value_parser = rule_of("--garbage"))]
+    garbage: Vec<Rule>,
+    /// Answer 200 with half of the real body under its full Content-Length, then close (the
+    /// request still takes effect).
+    #[arg(long, value_name = "METHOD:PATH_PREFIX", value_parser = rule_of("--truncate"))]
+    truncate: Vec<Rule>,
+    /// Answer STATUS with the exact bytes of FILE (read at start).
+    #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS:FILE", value_parser = rule_of("--respond"))]
+    respond: Vec<Rule>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut it = env::args().skip(1);
-    let (mut pods, mut listen, mut state_dir) = (None, "127.0.0.1:9091".to_owned(), None);
-    let (mut delay, mut rules) = (Duration::ZERO, Vec::new());
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--pods" => pods = Some(value),
-            "--listen" => listen = value,
-            "--state-dir" => state_dir = Some(PathBuf::from(value)),
-            "--delay-ms" => {
-                let ms = value
-                    .parse()
-                    .map_err(|_| format!("bad --delay-ms {value:?}"))?;
-                delay = Duration::from_millis(ms);
-            }
-            "--fail" | "--hang" | "--garbage" | "--truncate" | "--respond" => {
-                let rule =
-                    parse_rule(&flag, &value).ok_or_else(|| format!("bad {flag} {value:?}"))?;
-                rules.push(rule);
-            }
-            _ => return Err(format!("unknown argument {flag:?}")),
-        }
-    }
-    let pods = pods.ok_or("--pods is required")?;
-    Ok(Args {
-        pods,
-        listen,
-        state_dir,
-        delay,
-        rules,
-    })
+fn rule_of(flag: &'static str) -> impl Fn(&str) -> Result<Rule, String> + Clone + Send + Sync {
+    move |s| parse_rule(flag, s).ok_or_else(|| format!("not a {flag} switch"))
+}
+
+/// The arguments, and the fault switches in command-line order.
+fn parse_args() -> (Args, Vec<Rule>) {
+    let matches = Args::command().get_matches();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let switches = [
+        ("fail", &args.fail),
+        ("hang", &args.hang),
+        ("garbage", &args.garbage),
+        ("truncate", &args.truncate),
+        ("respond", &args.respond),
+    ];
+    let mut rules: Vec<(usize, Rule)> = switches
+        .iter()
+        .flat_map(|(id, rules)| {
+            let at = matches.indices_of(id).into_iter().flatten();
+            at.zip(rules.iter().cloned())
+        })
+        .collect();
+    rules.sort_by_key(|(at, _)| *at);
+    (args, rules.into_iter().map(|(_, r)| r).collect())
 }
 
 /// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail and `:STATUS:FILE` for --respond. The
@@ -929,7 +946,7 @@ fn die(msg: &str) -> ! {
 }
 
 fn main() {
-    let args = parse_args().unwrap_or_else(|e| die(&format!("{e}\n{USAGE}")));
+    let (args, rules) = parse_args();
     let pods = load_pods(&args.pods).unwrap_or_else(|e| die(&e));
     let ports = args
         .state_dir
@@ -949,8 +966,8 @@ fn main() {
     let first_seen = vec![None; pods.len()];
     let sim = Arc::new(Sim {
         pods,
-        rules: args.rules,
-        delay: args.delay,
+        rules,
+        delay: Duration::from_millis(args.delay_ms),
         state_dir: args.state_dir,
         state: Mutex::new(State { first_seen, ports }),
     });

@@ -670,3 +670,109 @@ pub fn host_ifname(vmi_uuid: &str) -> String {
     }
     format!("tap{:012x}", (h ^ (h >> 33)) >> 16)
 }
+
+/// One pod of a test: its VMIs in a simulator of its own, a node's plugin config, a network
+/// namespace and a sandbox (container id). Calls go as Multus makes them: its CNI_ARGS, the
+/// NetworkAttachmentDefinition's config with the network's name.
+pub struct Fixture {
+    pub pod: PodSpec,
+    pub sim: Sim,
+    pub node: Node,
+    pub ns: Netns,
+    pub cid: String,
+}
+
+impl Fixture {
+    pub fn new(vmis: Vec<VmiSpec>) -> Fixture {
+        Fixture::with_sim(vmis, &[])
+    }
+
+    /// With simulator switches (faults, `--state-dir`, ...).
+    pub fn with_sim(vmis: Vec<VmiSpec>, sim_args: &[&str]) -> Fixture {
+        let pod = PodSpec::new(vmis);
+        let sim = Sim::start(&[&pod], sim_args);
+        let node = Node::new(&sim);
+        Fixture {
+            pod,
+            sim,
+            node,
+            ns: Netns::new(),
+            cid: uuid(),
+        }
+    }
+
+    /// Sets a key of the node's `contrail` section.
+    pub fn set(&mut self, key: &str, value: Value) -> &mut Fixture {
+        self.node.contrail[key] = value;
+        self
+    }
+
+    pub fn args(&self) -> String {
+        self.pod.multus_args(&self.cid)
+    }
+
+    /// The config Multus hands the delegate for `network` (cniVersion 1.0.0).
+    pub fn conf(&self, network: &str) -> Value {
+        self.node.netconf("1.0.0", network)
+    }
+
+    /// A call with this config, in the pod's netns.
+    pub fn call(&self, command: &str, ifname: &str, conf: &Value) -> Output {
+        self.node.call(
+            command,
+            &self.cid,
+            &self.ns.path(),
+            ifname,
+            &self.args(),
+            conf,
+        )
+    }
+
+    /// ADD, which must succeed: its result.
+    #[track_caller]
+    pub fn add(&self, ifname: &str, network: &str) -> Value {
+        self.call("ADD", ifname, &self.conf(network))
+            .assert_ok()
+            .json()
+    }
+
+    pub fn del(&self, ifname: &str, network: &str) -> Output {
+        self.call("DEL", ifname, &self.conf(network))
+    }
+
+    /// CHECK with the ADD result as prevResult, as libcni sends it.
+    pub fn check(&self, ifname: &str, network: &str, prev: &Value) -> Output {
+        let mut conf = self.conf(network);
+        conf["prevResult"] = prev.clone();
+        self.call("CHECK", ifname, &conf)
+    }
+
+    /// The agent's registered ports: (vmi uuid, host ifname, vm ifname).
+    pub fn registered(&self) -> std::collections::BTreeSet<(String, String, String)> {
+        self.sim.ports().into_iter().collect()
+    }
+
+    /// Nothing of the pod is left: no interface in the netns, no host end, no state, no port.
+    #[track_caller]
+    pub fn assert_nothing_left(&self) {
+        assert_eq!(self.ns.ifnames(), ["lo"]);
+        for v in &self.pod.vmis {
+            let tap = host_ifname(&v.uuid);
+            assert!(!host_link_exists(&tap), "host end {tap} left behind");
+        }
+        assert!(
+            !self.node.pod_dir_exists(&self.pod),
+            "state left: {:?}",
+            self.node.state_files(&self.pod)
+        );
+        assert_eq!(self.sim.ports(), [], "port left registered");
+    }
+}
+
+/// The host end of an ADD result: its first interface.
+pub fn host_name(result: &Value) -> String {
+    result["interfaces"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
