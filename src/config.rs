@@ -102,61 +102,30 @@ struct Stdin {
     contrail: Option<Map<String, Value>>,
 }
 
-/// A number as legacy configs write it: `9091` or `"9091"`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Num(f64);
-
-impl<'de> Deserialize<'de> for Num {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Num, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Num;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number, or a string holding one")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Num, E> {
-                Ok(Num(v as f64))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Num, E> {
-                Ok(Num(v as f64))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Num, E> {
-                Ok(Num(v))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Num, E> {
-                s.trim()
-                    .parse()
-                    .map(Num)
-                    .map_err(|_| E::invalid_value(de::Unexpected::Str(s), &self))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// `log-level`: the legacy plugin's numbers (`4` or `"4"`) or names.
+/// A scalar as legacy configs write it: `9091` or `"9091"`, `4` or `"info"`. Kept as text;
+/// a numeric key reads it as a number when it is validated.
 #[derive(Debug, Clone, PartialEq)]
-struct Level(String);
+struct Scalar(String);
 
-impl<'de> Deserialize<'de> for Level {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Level, D::Error> {
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Scalar, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = Level;
+            type Value = Scalar;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string or a number")
+                f.write_str("a number or a string")
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Level, E> {
-                Ok(Level(v.to_string()))
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Level, E> {
-                Ok(Level(v.to_string()))
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
             }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Level, E> {
-                Ok(Level(v.to_string()))
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Level, E> {
-                Ok(Level(s.to_string()))
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Scalar, E> {
+                Ok(Scalar(s.to_string()))
             }
         }
         d.deserialize_any(V)
@@ -168,14 +137,14 @@ impl<'de> Deserialize<'de> for Level {
 #[serde(rename_all = "kebab-case")]
 struct Layer {
     vrouter_ip: Option<String>,
-    vrouter_port: Option<Num>,
+    vrouter_port: Option<Scalar>,
     config_dir: Option<String>,
-    poll_timeout: Option<Num>,
-    poll_retries: Option<Num>,
+    poll_timeout: Option<Scalar>,
+    poll_retries: Option<Scalar>,
     cluster_name: Option<String>,
-    mtu: Option<Num>,
+    mtu: Option<Scalar>,
     log_file: Option<String>,
-    log_level: Option<Level>,
+    log_level: Option<Scalar>,
     mode: Option<String>,
     vif_type: Option<String>,
     /// Legacy keys with no effect here: meta-plugin detection is not needed,
@@ -325,24 +294,26 @@ fn pick<'a, T: Clone>(
 fn number(
     layers: &[(Layer, String)],
     key: &'static str,
-    field: impl Fn(&Layer) -> &Option<Num>,
+    field: impl Fn(&Layer) -> &Option<Scalar>,
     (default, min, max): (f64, f64, f64),
 ) -> Result<f64> {
     let Some(n) = pick(layers, key, field) else {
         return Ok(default);
     };
-    let Num(v) = n.value;
-    if !(v.is_finite() && (min..=max).contains(&v)) {
-        return Err(n.err(format!("{v} must be a number from {min} to {max}")));
+    match n.value.0.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (min..=max).contains(&v) => Ok(v),
+        _ => Err(n.err(format!(
+            "{:?} must be a number from {min} to {max}",
+            n.value.0
+        ))),
     }
-    Ok(v)
 }
 
 /// A whole number within `min..=max`.
 fn integer(
     layers: &[(Layer, String)],
     key: &'static str,
-    field: impl Fn(&Layer) -> &Option<Num> + Copy,
+    field: impl Fn(&Layer) -> &Option<Scalar> + Copy,
     (default, min, max): (u32, u32, u32),
 ) -> Result<u32> {
     let v = number(layers, key, field, (default.into(), min.into(), max.into()))?;

@@ -224,7 +224,7 @@ impl Socket {
         }
     }
 
-    /// A change the kernel acks; `create` adds NLM_F_CREATE and `extra`.
+    /// A change the kernel acks, with `extra` flags (NLM_F_CREATE, ...).
     fn change(
         &mut self,
         op: &dyn Fn() -> String,
@@ -415,23 +415,22 @@ impl Socket {
     /// Route with gateway, or on-link (scope link, no gateway) when gateway is None. Main
     /// table. Fails with EEXIST when the destination has a route already, on any interface.
     pub fn add_route(&mut self, route: &Route) -> Result<(), Error> {
-        let (op, message) = route_message("add", route);
-        self.change(
-            &|| op.clone(),
-            RouteNetlinkMessage::NewRoute(message),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
+        self.new_route("add", route, NLM_F_EXCL)
     }
 
     /// Like [`Socket::add_route`], but a route to the same destination on another interface
     /// is kept beside this one (`NLM_F_APPEND`, as the kernel adds connected routes); only the
     /// same route twice is EEXIST.
     pub fn append_route(&mut self, route: &Route) -> Result<(), Error> {
-        let (op, message) = route_message("append", route);
+        self.new_route("append", route, NLM_F_APPEND)
+    }
+
+    fn new_route(&mut self, verb: &str, route: &Route, how: u16) -> Result<(), Error> {
+        let (op, message) = route_message(verb, route);
         self.change(
             &|| op.clone(),
             RouteNetlinkMessage::NewRoute(message),
-            NLM_F_CREATE | NLM_F_APPEND,
+            NLM_F_CREATE | how,
         )
     }
 

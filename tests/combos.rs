@@ -191,44 +191,19 @@ fn default_gw(vmis: &[VmiSpec]) -> usize {
 /// One pod through a Multus sequence, checked against the model at every stage.
 struct Run<'a> {
     shape: &'a Shape,
-    pod: PodSpec,
-    sim: Sim,
-    node: Node,
-    ns: Netns,
-    cid: String,
+    fx: Fixture,
     master: HostLink,
     results: Vec<Option<Value>>,
 }
 
 impl Run<'_> {
     fn new(shape: &Shape) -> Run<'_> {
-        let pod = PodSpec::new(shape.vmis.clone());
-        let sim = Sim::start(&[&pod], &[]);
-        let node = Node::new(&sim);
-        let t = tag();
-        let master = HostLink(format!("ck8sm{t}"));
-        sh(
-            "ip",
-            &[
-                "link",
-                "add",
-                &master.0,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &format!("ck8sp{t}"),
-            ],
-        );
-        sh("ip", &["link", "set", &master.0, "up"]);
+        let fx = Fixture::new(shape.vmis.clone());
+        let master = HostLink::macvlan_master();
         let results = vec![None; shape.attachments.len()];
         Run {
             shape,
-            pod,
-            sim,
-            node,
-            ns: Netns::new(),
-            cid: uuid(),
+            fx,
             master,
             results,
         }
@@ -240,9 +215,9 @@ impl Run<'_> {
                 let network = if *vmi == 0 {
                     "contrail-k8s-cni"
                 } else {
-                    self.pod.vmis[*vmi].network.as_str()
+                    self.fx.pod.vmis[*vmi].network.as_str()
                 };
-                Delegate::contrail(&self.node, "1.0.0", network, ifname)
+                Delegate::contrail(&self.fx.node, "1.0.0", network, ifname)
             }
             Attachment::Other { ifname } => Delegate::debian(
                 json!({"cniVersion": "1.0.0", "name": "macvlan-net", "type": "macvlan",
@@ -253,24 +228,15 @@ impl Run<'_> {
         }
     }
 
-    fn multus(&self) -> Multus<'_> {
-        Multus {
-            node: &self.node,
-            container_id: self.cid.clone(),
-            netns: self.ns.path(),
-            args: self.pod.multus_args(&self.cid),
-        }
-    }
-
     fn add(&mut self, i: usize) {
         let d = self.delegate(&self.shape.attachments[i]);
-        let r = self.multus().call("ADD", &d).assert_ok().json();
+        let r = self.fx.multus().call("ADD", &d).assert_ok().json();
         self.results[i] = Some(r);
     }
 
     fn del(&mut self, i: usize) {
         let d = self.delegate(&self.shape.attachments[i]);
-        self.multus().call("DEL", &d).assert_ok();
+        self.fx.multus().call("DEL", &d).assert_ok();
         self.results[i] = None;
     }
 
@@ -292,25 +258,25 @@ impl Run<'_> {
     #[track_caller]
     fn check(&self, stage: &str) {
         let up = self.up();
-        let vmis = &self.pod.vmis;
+        let (vmis, ns) = (&self.fx.pod.vmis, &self.fx.ns);
         let mut want_ifnames: BTreeSet<String> = up.iter().map(|u| u.2.to_string()).collect();
         want_ifnames.insert("lo".into());
         for (i, a) in self.shape.attachments.iter().enumerate() {
             if let (Attachment::Other { ifname }, Some(_)) = (a, &self.results[i]) {
                 want_ifnames.insert(ifname.clone());
-                assert_eq!(self.ns.addrs(ifname), ["192.168.77.5/24"], "{stage}");
+                assert_eq!(ns.addrs(ifname), ["192.168.77.5/24"], "{stage}");
             }
         }
-        let have: BTreeSet<String> = self.ns.ifnames().into_iter().collect();
+        let have: BTreeSet<String> = ns.ifnames().into_iter().collect();
         assert_eq!(have, want_ifnames, "{stage}: interfaces");
         for &(i, k, ifname) in &up {
             let v = &vmis[k];
-            assert_eq!(self.ns.mac(ifname), v.mac, "{stage}: {ifname} MAC");
-            assert_eq!(self.ns.addrs(ifname), addresses(v), "{stage}: {ifname}");
+            assert_eq!(ns.mac(ifname), v.mac, "{stage}: {ifname} MAC");
+            assert_eq!(ns.addrs(ifname), addresses(v), "{stage}: {ifname}");
             let d = self.delegate(&self.shape.attachments[i]);
             let mut d = d;
             d.conf["prevResult"] = self.results[i].clone().unwrap();
-            self.multus().call("CHECK", &d).assert_ok();
+            self.fx.multus().call("CHECK", &d).assert_ok();
         }
         // Exactly one default route per family the default-gw VMI has, on its interface.
         let gw = default_gw(vmis);
@@ -324,7 +290,7 @@ impl Run<'_> {
                 want_routes.push(("-6".to_string(), g.clone(), ifname.to_string()));
             }
         }
-        let mut routes = self.ns.default_routes();
+        let mut routes = ns.default_routes();
         routes.sort();
         assert_eq!(routes, want_routes, "{stage}: default routes");
         // The agent has exactly the attachments that are up, under their host names.
@@ -336,26 +302,16 @@ impl Run<'_> {
             })
             .collect();
         want_ports.sort();
-        let mut ports = self.sim.ports();
+        let mut ports = self.fx.sim.ports();
         ports.sort();
         assert_eq!(ports, want_ports, "{stage}: registrations");
         let mut want_files: Vec<String> = up.iter().map(|u| vmis[u.1].uuid.clone()).collect();
         want_files.sort();
         assert_eq!(
-            self.node.state_files(&self.pod),
+            self.fx.node.state_files(&self.fx.pod),
             want_files,
             "{stage}: state"
         );
-    }
-
-    #[track_caller]
-    fn check_nothing_left(&self) {
-        assert_eq!(self.ns.ifnames(), ["lo"]);
-        for v in &self.pod.vmis {
-            assert!(!host_link_exists(&host_ifname(&v.uuid)), "{}", v.uuid);
-        }
-        assert!(!self.node.pod_dir_exists(&self.pod));
-        assert!(self.sim.ports().is_empty());
     }
 }
 
@@ -376,7 +332,7 @@ fn run_case(seed: u64) {
         run.del(i);
         run.check(&format!("after DEL #{i}"));
     }
-    run.check_nothing_left();
+    run.fx.assert_nothing_left();
 }
 
 /// Runs `CASES` seeds from `base` (or the one seed in CONTRAIL_COMBO_SEED), printing the seed

@@ -24,159 +24,141 @@ const DEL_STEPS: [&str; 4] = ["unlinked", "marked", "forgotten", "deregistered"]
 
 /// A pod with eth0 (cluster network) and net1 (net-a, whose IP configuration comes 150 ms
 /// after its registration, so that there is a wait to be killed in).
-struct Pod {
-    pod: PodSpec,
-    sim: Sim,
-    node: Node,
-    ns: Netns,
-    cid: String,
+fn pod() -> Fixture {
+    Fixture::new(vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(150)),
+    ])
 }
 
-impl Pod {
-    fn new() -> Pod {
-        let pod = PodSpec::new(vec![
-            VmiSpec::new("default", 1),
-            VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(150)),
-        ]);
-        let sim = Sim::start(&[&pod], &[]);
-        let node = Node::new(&sim);
-        Pod {
-            pod,
-            sim,
-            node,
-            ns: Netns::new(),
-            cid: uuid(),
-        }
-    }
+/// eth0's network or net1's.
+fn network(ifname: &str) -> &'static str {
+    if ifname == "eth0" { "default" } else { "net-a" }
+}
 
-    fn call(&self, command: &str, ifname: &str, crash_at: Option<&str>) -> Output {
-        let network = if ifname == "eth0" { "default" } else { "net-a" };
-        let extra: Vec<(&str, &str)> = crash_at
-            .map(|s| ("CONTRAIL_CNI_CRASH_AT", s))
-            .into_iter()
-            .collect();
-        self.node.call_with(
-            &extra,
-            command,
-            &self.cid,
-            &self.ns.path(),
-            ifname,
-            &self.pod.multus_args(&self.cid),
-            &self.node.netconf("1.0.0", network),
-        )
-    }
+/// CHECK without a prevResult.
+fn check(p: &Fixture, ifname: &str) -> Output {
+    p.call("CHECK", ifname, &p.conf(network(ifname)))
+}
 
-    #[track_caller]
-    fn killed(&self, command: &str, ifname: &str, step: &str) {
-        let out = self.call(command, ifname, Some(step));
-        assert!(
-            !out.ok && out.stdout.is_empty(),
-            "{command} {step}: the plugin was not killed: {out:?}"
-        );
-    }
+#[track_caller]
+fn killed(p: &Fixture, command: &str, ifname: &str, step: &str) {
+    let out = p.node.call_with(
+        &[("CONTRAIL_CNI_CRASH_AT", step)],
+        command,
+        &p.cid,
+        &p.ns.path(),
+        ifname,
+        &p.args(),
+        &p.conf(network(ifname)),
+    );
+    assert!(
+        !out.ok && out.stdout.is_empty(),
+        "{command} {step}: the plugin was not killed: {out:?}"
+    );
+}
 
-    fn registered_ifnames(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.sim.ports().into_iter().map(|p| p.2).collect();
-        v.sort();
-        v
-    }
+fn registered_ifnames(p: &Fixture) -> Vec<String> {
+    let mut v: Vec<String> = p.sim.ports().into_iter().map(|p| p.2).collect();
+    v.sort();
+    v
+}
 
-    /// net1 is gone everywhere; eth0 is up, registered and passes CHECK.
-    #[track_caller]
-    fn only_eth0_left(&self, step: &str) {
-        assert_eq!(self.ns.ifnames(), ["eth0", "lo"], "{step}");
-        let net1 = host_ifname(&self.pod.vmis[1].uuid);
-        assert!(!host_link_exists(&net1), "{step}: {net1} leaked");
-        assert_eq!(
-            self.node.state_files(&self.pod),
-            [self.pod.vmis[0].uuid.clone()],
-            "{step}"
-        );
-        assert_eq!(self.registered_ifnames(), ["eth0"], "{step}");
-        self.call("CHECK", "eth0", None).assert_ok();
-    }
+/// net1 is gone everywhere; eth0 is up, registered and passes CHECK.
+#[track_caller]
+fn only_eth0_left(p: &Fixture, step: &str) {
+    assert_eq!(p.ns.ifnames(), ["eth0", "lo"], "{step}");
+    let net1 = host_ifname(&p.pod.vmis[1].uuid);
+    assert!(!host_link_exists(&net1), "{step}: {net1} leaked");
+    assert_eq!(
+        p.node.state_files(&p.pod),
+        [p.pod.vmis[0].uuid.clone()],
+        "{step}"
+    );
+    assert_eq!(registered_ifnames(p), ["eth0"], "{step}");
+    check(p, "eth0").assert_ok();
+}
 
-    /// Multus deletes the pod: nothing is left anywhere.
-    #[track_caller]
-    fn delete_all(&self, step: &str) {
-        for ifname in ["net1", "eth0"] {
-            self.call("DEL", ifname, None).assert_ok();
-        }
-        assert_eq!(self.ns.ifnames(), ["lo"], "{step}");
-        assert!(!self.node.pod_dir_exists(&self.pod), "{step}");
-        assert!(self.sim.ports().is_empty(), "{step}");
+/// Multus deletes the pod: nothing is left anywhere.
+#[track_caller]
+fn delete_all(p: &Fixture, step: &str) {
+    for ifname in ["net1", "eth0"] {
+        p.del(ifname, network(ifname)).assert_ok();
     }
+    assert_eq!(p.ns.ifnames(), ["lo"], "{step}");
+    assert!(!p.node.pod_dir_exists(&p.pod), "{step}");
+    assert!(p.sim.ports().is_empty(), "{step}");
 }
 
 #[test]
 fn killed_at_every_step_of_add_then_del_cleans_up_and_add_works_again() {
     for step in ADD_STEPS {
-        let p = Pod::new();
-        p.call("ADD", "eth0", None).assert_ok();
-        p.killed("ADD", "net1", step);
+        let p = pod();
+        p.add("eth0", "default");
+        killed(&p, "ADD", "net1", step);
         assert!(
             p.node.state_files(&p.pod).contains(&p.pod.vmis[1].uuid),
             "{step}: the claim must be recorded"
         );
         // The runtime's DEL of the killed attachment.
-        p.call("DEL", "net1", None).assert_ok();
-        p.only_eth0_left(step);
+        p.del("net1", "net-a").assert_ok();
+        only_eth0_left(&p, step);
         // A fresh ADD gets net-a's VMI, with its MAC, address and host end.
-        let r = p.call("ADD", "net1", None).assert_ok().json();
+        let r = p.add("net1", "net-a");
         assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
         assert_eq!(p.ns.addrs("net1"), [p.pod.vmis[1].addr()], "{step}");
         assert_eq!(
             r["interfaces"][0]["name"],
             host_ifname(&p.pod.vmis[1].uuid).as_str()
         );
-        assert_eq!(p.registered_ifnames(), ["eth0", "net1"], "{step}");
-        p.delete_all(step);
+        assert_eq!(registered_ifnames(&p), ["eth0", "net1"], "{step}");
+        delete_all(&p, step);
     }
 }
 
 #[test]
 fn killed_at_every_step_of_add_then_a_retry_of_the_same_add_gets_the_same_vmi() {
     for step in ADD_STEPS {
-        let p = Pod::new();
-        p.call("ADD", "eth0", None).assert_ok();
-        p.killed("ADD", "net1", step);
+        let p = pod();
+        p.add("eth0", "default");
+        killed(&p, "ADD", "net1", step);
         // The runtime retries the ADD instead (its DEL never came).
-        p.call("ADD", "net1", None).assert_ok();
+        p.add("net1", "net-a");
         assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
-        assert_eq!(p.registered_ifnames(), ["eth0", "net1"], "{step}");
-        p.call("CHECK", "net1", None).assert_ok();
-        p.delete_all(step);
+        assert_eq!(registered_ifnames(&p), ["eth0", "net1"], "{step}");
+        check(&p, "net1").assert_ok();
+        delete_all(&p, step);
     }
 }
 
 #[test]
 fn killed_at_every_step_of_del_then_del_again_finishes() {
     for step in DEL_STEPS {
-        let p = Pod::new();
-        p.call("ADD", "eth0", None).assert_ok();
-        p.call("ADD", "net1", None).assert_ok();
-        p.killed("DEL", "net1", step);
+        let p = pod();
+        p.add("eth0", "default");
+        p.add("net1", "net-a");
+        killed(&p, "DEL", "net1", step);
         assert!(
             !host_link_exists(&host_ifname(&p.pod.vmis[1].uuid)),
             "{step}: the veth goes first"
         );
-        p.call("DEL", "net1", None).assert_ok();
-        p.only_eth0_left(step);
+        p.del("net1", "net-a").assert_ok();
+        only_eth0_left(&p, step);
         // DEL then ADD of the same attachment gives it its VMI back.
-        p.call("ADD", "net1", None).assert_ok();
+        p.add("net1", "net-a");
         assert_eq!(p.ns.mac("net1"), p.pod.vmis[1].mac, "{step}");
-        p.delete_all(step);
+        delete_all(&p, step);
     }
 }
 
 #[test]
 fn killed_during_the_last_del_of_a_pod_then_del_again_finishes() {
     for step in DEL_STEPS {
-        let p = Pod::new();
-        p.call("ADD", "eth0", None).assert_ok();
-        p.killed("DEL", "eth0", step);
+        let p = pod();
+        p.add("eth0", "default");
+        killed(&p, "DEL", "eth0", step);
         assert_eq!(p.ns.ifnames(), ["lo"], "{step}");
-        p.call("DEL", "eth0", None).assert_ok();
+        p.del("eth0", "default").assert_ok();
         assert!(!p.node.pod_dir_exists(&p.pod), "{step}");
         assert!(p.sim.ports().is_empty(), "{step}");
     }

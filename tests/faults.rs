@@ -26,12 +26,7 @@ fn add_bound() -> Duration {
 
 /// One pod, its (faulty) agent, a node with a small poll budget, and the pod's netns.
 struct Case {
-    pod: PodSpec,
-    /// `None` once the test has killed the agent.
-    sim: Option<Sim>,
-    node: Node,
-    ns: Netns,
-    cid: String,
+    fx: Fixture,
     /// Holds the files of crafted answers (`--respond`), outside the node's directories.
     _files: TempDir,
 }
@@ -42,36 +37,23 @@ impl Case {
     }
 
     fn with_files(pod: PodSpec, files: TempDir, sim_args: &[&str]) -> Case {
-        let sim = Sim::start(&[&pod], sim_args);
-        let mut node = Node::new(&sim);
-        node.contrail["poll-timeout"] = json!(POLL_TIMEOUT);
-        node.contrail["poll-retries"] = json!(POLL_RETRIES);
-        Case {
-            pod,
-            sim: Some(sim),
-            node,
-            ns: Netns::new(),
-            cid: uuid(),
-            _files: files,
-        }
+        let mut fx = Fixture::with_pod(pod, sim_args);
+        fx.set("poll-timeout", json!(POLL_TIMEOUT))
+            .set("poll-retries", json!(POLL_RETRIES));
+        Case { fx, _files: files }
     }
 
     fn agent(&self) -> String {
-        format!("127.0.0.1:{}", self.node.port)
+        format!("127.0.0.1:{}", self.fx.node.port)
     }
 
     /// One call for the pod's first VMI (eth0 on the cluster network), timed.
     fn call(&self, command: &str, prev: Option<&Value>) -> (Output, Duration) {
-        let mut conf = self.node.netconf("1.0.0", "");
+        let mut conf = self.fx.conf("");
         if let Some(p) = prev {
             conf["prevResult"] = p.clone();
         }
-        let args = self.pod.multus_args(&self.cid);
-        let started = Instant::now();
-        let out = self
-            .node
-            .call(command, &self.cid, &self.ns.path(), "eth0", &args, &conf);
-        (out, started.elapsed())
+        timed(|| self.fx.call(command, "eth0", &conf))
     }
 
     /// ADD, expecting `code` within `bound` (plus slack) and a message holding every one of
@@ -97,21 +79,16 @@ impl Case {
     /// in the config dir but the log and the (empty) state root.
     #[track_caller]
     fn assert_nothing_left(&self) {
-        assert_eq!(self.ns.ifnames(), ["lo"]);
-        for v in &self.pod.vmis {
-            let tap = host_ifname(&v.uuid);
-            assert!(!host_link_exists(&tap), "host end {tap} left behind");
-        }
-        assert!(
-            !self.node.pod_dir_exists(&self.pod),
-            "state left: {:?}",
-            self.node.state_files(&self.pod)
-        );
-        if let Some(sim) = &self.sim {
-            assert_eq!(sim.ports(), [], "port left registered");
-        }
-        assert_eq!(config_dir_entries(&self.node), [] as [String; 0]);
+        self.fx.assert_nothing_left();
+        assert_eq!(config_dir_entries(&self.fx.node), [] as [String; 0]);
     }
+}
+
+/// What `f` returns and how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed())
 }
 
 /// What the config dir holds besides the log file and an empty `ports` directory.
@@ -181,7 +158,7 @@ fn malformed_json_on_vm_cfg_ends_the_wait_with_code_6() {
     let pod = one_vmi_pod();
     let mut c = Case::new(pod.clone(), &["--garbage", "GET:/vm-cfg/"]);
     // A budget of 20 s: failing well within it shows that garbage is not waited out.
-    c.node.contrail["poll-retries"] = json!(100);
+    c.fx.set("poll-retries", json!(100));
     let path = format!("GET /vm-cfg/{}", pod.vm_name());
     let msg = c.add_fails(6, Duration::ZERO, &[&c.agent(), &path]);
     assert!(msg.contains("invalid JSON"), "{msg}");
@@ -216,17 +193,14 @@ fn a_deregistration_the_agent_never_answers_is_recorded_and_finished_later() {
     let (out, took) = c.call("ADD", None);
     assert_eq!(out.code(), 11, "{}", out.stdout);
     assert!(took < add_bound() + SLACK, "took {took:?}");
-    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert_eq!(c.fx.ns.ifnames(), ["lo"]);
     assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
-    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
-    let sim = c.sim.take().unwrap();
-    assert_eq!(sim.ports().len(), 1, "the agent never processed the DELETE");
-    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
+    assert_eq!(c.fx.node.state_files(&pod), [] as [String; 0]);
+    let ports = c.fx.sim.ports();
+    assert_eq!(ports.len(), 1, "the agent never processed the DELETE");
+    assert_eq!(resync_marker(&c.fx.node, &pod), Some(pod.uuid.clone()));
     // The agent recovers; Multus's DEL of the failed delegate finishes the deregistration.
-    let sim = sim.restart(&[]);
-    c.node.port = sim.port;
-    c.node.contrail["vrouter-port"] = json!(sim.port);
-    c.sim = Some(sim);
+    c.fx.restart_agent(&[]);
     c.call("DEL", None).0.assert_ok();
     c.assert_nothing_left();
 }
@@ -262,21 +236,12 @@ fn many_attachments_of_one_network_with_a_hanging_agent_stay_within_the_bound() 
     let mut vmis = vec![VmiSpec::new("default", 1)];
     vmis.extend((2..18).map(|n| VmiSpec::new("net-a", n)));
     let pod = PodSpec::new(vmis);
-    let mut c = Case::new(pod.clone(), &["--hang", "GET:/vm/"]);
-    c.node.contrail["poll-timeout"] = json!(0.5);
-    c.node.contrail["poll-retries"] = json!(2);
+    let mut c = Case::new(pod, &["--hang", "GET:/vm/"]);
+    c.fx.set("poll-timeout", json!(0.5))
+        .set("poll-retries", json!(2));
     let bound = Duration::from_millis(500 * 2 + 500);
-    let args = pod.multus_args(&c.cid);
-    let started = Instant::now();
-    let out = c.node.call(
-        "ADD",
-        &c.cid,
-        &c.ns.path(),
-        "net1",
-        &args,
-        &c.node.netconf("1.0.0", "net-a"),
-    );
-    let took = started.elapsed();
+    let conf = c.fx.conf("net-a");
+    let (out, took) = timed(|| c.fx.call("ADD", "net1", &conf));
     assert_eq!(out.code(), 11, "{}", out.stdout);
     let msg = out.msg();
     assert!(
@@ -357,7 +322,7 @@ fn crafted_answers_equal_to_the_agents_own_work() {
     let (out, _) = c.call("ADD", None);
     let r = out.assert_ok().json();
     assert_eq!(r["interfaces"][0]["name"], host_ifname(&pod.vmis[0].uuid));
-    assert_eq!(c.ns.mac("eth0"), pod.vmis[0].mac);
+    assert_eq!(c.fx.ns.mac("eth0"), pod.vmis[0].mac);
     c.call("DEL", Some(&r)).0.assert_ok();
     c.assert_nothing_left();
 }
@@ -473,25 +438,25 @@ fn del_without_the_agent_tears_down_locally() {
     assert!(host_link_exists(&tap));
     let agent = c.agent();
     // The agent goes away (restarting, crashed): nothing listens on its port any more.
-    c.sim = None;
+    c.fx.stop_agent();
 
     // CHECK cannot confirm the registration: it fails, naming the agent, and changes nothing.
     let (out, took) = c.call("CHECK", Some(&r));
     assert_eq!(out.code(), 11, "{}", out.stdout);
     assert!(out.msg().contains(&agent), "{}", out.msg());
     assert!(took < poll_timeout() + SLACK, "{took:?}");
-    assert_eq!(c.ns.ifnames(), ["eth0", "lo"]);
+    assert_eq!(c.fx.ns.ifnames(), ["eth0", "lo"]);
 
     // DEL tears down locally at once; the deregistration is retried within the call's
     // deadline, then recorded for the next call for the pod or GC.
     let (out, took) = c.call("DEL", Some(&r));
     out.assert_ok();
     assert!(took < add_bound() + SLACK, "{took:?}");
-    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert_eq!(c.fx.ns.ifnames(), ["lo"]);
     assert!(!host_link_exists(&tap));
-    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
-    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
-    let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
+    assert_eq!(c.fx.node.state_files(&pod), [] as [String; 0]);
+    assert_eq!(resync_marker(&c.fx.node, &pod), Some(pod.uuid.clone()));
+    let log = std::fs::read_to_string(c.fx.node.config_dir.0.join("cni.log")).unwrap();
     assert!(log.contains("left registered with the agent"), "{log}");
 
     // Nothing is recorded any more: CHECK fails, a repeated DEL succeeds.
@@ -510,16 +475,16 @@ fn del_with_a_hanging_agent_finishes_in_time() {
     out.assert_ok();
     // The deregistration is retried within poll-timeout x poll-retries, no longer.
     assert!(took < add_bound() + SLACK, "{took:?}");
-    assert_eq!(c.ns.ifnames(), ["lo"]);
+    assert_eq!(c.fx.ns.ifnames(), ["lo"]);
     assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
-    assert_eq!(c.node.state_files(&pod), [] as [String; 0]);
-    let log = std::fs::read_to_string(c.node.config_dir.0.join("cni.log")).unwrap();
+    assert_eq!(c.fx.node.state_files(&pod), [] as [String; 0]);
+    let log = std::fs::read_to_string(c.fx.node.config_dir.0.join("cni.log")).unwrap();
     assert!(log.contains("left registered with the agent"), "{log}");
     // The agent never processed the DELETE: the port is still registered there, and the
     // node says so until a later call gets the DELETE through.
-    let ports = c.sim.as_ref().unwrap().ports();
+    let ports = c.fx.sim.ports();
     assert_eq!(ports.len(), 1, "{ports:?}");
-    assert_eq!(resync_marker(&c.node, &pod), Some(pod.uuid.clone()));
+    assert_eq!(resync_marker(&c.fx.node, &pod), Some(pod.uuid.clone()));
     c.call("DEL", Some(&r)).0.assert_ok();
 }
 

@@ -70,11 +70,13 @@ fn cnitool_container_id(netns: &str) -> String {
 }
 
 /// One node's runtime, all of it private to the test so tests can run in parallel: network
-/// configs (NETCONFPATH), plugins (CNI_PATH), libcni's cache (CNI_CACHE_DIR), and through Node
-/// the plugin's state dir, log file and an empty node-wide config dir (CONTRAIL_CNI_CONF_DIR,
-/// so the machine's /etc/cni/net.d is never read).
+/// configs (NETCONFPATH), plugins (CNI_PATH), libcni's cache (CNI_CACHE_DIR), and through the
+/// fixture's Node the plugin's state dir, log file and an empty node-wide config dir
+/// (CONTRAIL_CNI_CONF_DIR, so the machine's /etc/cni/net.d is never read). The fixture's pod
+/// has one VMI, on the cluster network; its netns is the one a test uses unless it needs one
+/// per CNI version (cnitool derives the container id from the netns path).
 struct Runtime {
-    node: Node,
+    fx: Fixture,
     netconf_dir: TempDir,
     bin_dir: TempDir,
     cache_dir: TempDir,
@@ -82,7 +84,7 @@ struct Runtime {
 }
 
 impl Runtime {
-    fn new(sim: &Sim, pod: &PodSpec) -> Runtime {
+    fn new() -> Runtime {
         assert!(
             Path::new(TUNING).exists(),
             "{TUNING} is missing: install containernetworking-plugins (scripts/test does)"
@@ -90,23 +92,25 @@ impl Runtime {
         let bin_dir = TempDir::new();
         std::os::unix::fs::symlink(plugin_bin(), bin_dir.0.join("contrail-k8s-cni")).unwrap();
         std::os::unix::fs::symlink(TUNING, bin_dir.0.join("tuning")).unwrap();
+        let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+        // The pod identity as a runtime passes it; cnitool refuses empty values.
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+            fx.pod.namespace, fx.pod.name
+        );
         Runtime {
-            node: Node::new(sim),
+            fx,
             netconf_dir: TempDir::new(),
             bin_dir,
             cache_dir: TempDir::new(),
-            // The pod identity as a runtime passes it; cnitool refuses empty values.
-            args: format!(
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
-                pod.namespace, pod.name
-            ),
+            args,
         }
     }
 
     /// Points a shipped `contrail` section at this test's simulator, state dir and log file.
     fn localize(&self, contrail: &mut Value) {
         for key in ["vrouter-port", "config-dir", "log-file"] {
-            contrail[key] = self.node.contrail[key].clone();
+            contrail[key] = self.fx.node.contrail[key].clone();
         }
     }
 
@@ -156,7 +160,7 @@ impl Runtime {
             .env("CNI_IFNAME", "eth0")
             .env("CNI_ARGS", &self.args)
             // libcni passes its own environment on to the plugins.
-            .env("CONTRAIL_CNI_CONF_DIR", &self.node.conf_dir.0)
+            .env("CONTRAIL_CNI_CONF_DIR", &self.fx.node.conf_dir.0)
             .args([command, NETWORK, netns])
             .output()
             .unwrap();
@@ -190,7 +194,7 @@ impl Runtime {
     /// Whether the plugin logged a call of `command` for the container of `netns`.
     fn plugin_ran(&self, command: &str, netns: &str) -> bool {
         let log =
-            std::fs::read_to_string(self.node.config_dir.0.join("cni.log")).unwrap_or_default();
+            std::fs::read_to_string(self.fx.node.config_dir.0.join("cni.log")).unwrap_or_default();
         log.contains(&format!(
             "{command} container={} ifname=eth0 ",
             cnitool_container_id(netns)
@@ -219,15 +223,8 @@ fn cni_error(out: &Output) -> Value {
 /// route, the host end, the agent's port and the state file; and a result saying the same.
 /// Returns the host end's name.
 #[track_caller]
-fn assert_attached(
-    rt: &Runtime,
-    sim: &Sim,
-    pod: &PodSpec,
-    ns: &Netns,
-    version: &str,
-    r: &Value,
-) -> String {
-    let vmi = &pod.vmis[0];
+fn assert_attached(rt: &Runtime, ns: &Netns, version: &str, r: &Value) -> String {
+    let vmi = &rt.fx.pod.vmis[0];
     assert_eq!(r["cniVersion"], version, "{r}");
     let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
     assert_eq!(r["interfaces"][1]["name"], "eth0", "{r}");
@@ -244,26 +241,31 @@ fn assert_attached(
     );
     assert!(host_link_exists(&host), "{version}: {host} missing");
     assert_eq!(
-        sim.ports(),
+        rt.fx.sim.ports(),
         [(vmi.uuid.clone(), host.clone(), "eth0".to_string())],
         "{version}"
     );
-    assert_eq!(rt.node.state_files(pod), [vmi.uuid.as_str()], "{version}");
+    assert_eq!(
+        rt.fx.node.state_files(&rt.fx.pod),
+        [vmi.uuid.as_str()],
+        "{version}"
+    );
     host
 }
 
 /// What a user checks after DEL: nothing left in the pod, on the host, in the state dir, at
 /// the agent or in libcni's cache.
 #[track_caller]
-fn assert_detached(rt: &Runtime, sim: &Sim, pod: &PodSpec, ns: Option<&Netns>, host: &str) {
+fn assert_detached(rt: &Runtime, ns: Option<&Netns>, host: &str) {
+    let (sim, node, pod) = (&rt.fx.sim, &rt.fx.node, &rt.fx.pod);
     if let Some(ns) = ns {
         assert_eq!(ns.ifnames(), ["lo"]);
     }
     assert!(!host_link_exists(host), "{host} left on the host");
     assert!(
-        !rt.node.pod_dir_exists(pod),
+        !node.pod_dir_exists(pod),
         "state left: {:?}",
-        rt.node.state_files(pod)
+        node.state_files(pod)
     );
     assert!(sim.ports().is_empty(), "ports left: {:?}", sim.ports());
     assert!(
@@ -297,21 +299,19 @@ fn check_as_libcni_allows(rt: &Runtime, ns: &Netns, version: &str) {
 
 #[test]
 fn single_conf_add_check_del_for_each_version() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
     for version in VERSIONS {
         rt.install_conf(version);
         // A new netns per version: a new container id, so a new cache entry.
         let ns = Netns::new();
         let r = rt.add(&ns);
-        let host = assert_attached(&rt, &sim, &pod, &ns, version, &r);
+        let host = assert_attached(&rt, &ns, version, &r);
         assert_eq!(rt.cache_files(), [rt.cache_file(&ns.path())], "{version}");
         check_as_libcni_allows(&rt, &ns, version);
         // The refused CHECK changed nothing.
-        assert_eq!(ns.mac("eth0"), pod.vmis[0].mac);
+        assert_eq!(ns.mac("eth0"), rt.fx.pod.vmis[0].mac);
         rt.cnitool("del", &ns.path()).assert_ok();
-        assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+        assert_detached(&rt, Some(&ns), &host);
     }
 }
 
@@ -360,9 +360,7 @@ fn conflist_contrail_then_tuning_for_each_version() {
         ["contrail-k8s-cni", "tuning"],
         "the shipped chain: we create eth0, tuning adjusts it"
     );
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
     for version in VERSIONS {
         let list = rt.install_conflist(version, false);
         let ns = Netns::new();
@@ -392,7 +390,7 @@ fn conflist_contrail_then_tuning_for_each_version() {
         }
         let r = rt.add(&ns);
         // Tuning passes our result on unchanged (converted to the list's version).
-        let host = assert_attached(&rt, &sim, &pod, &ns, version, &r);
+        let host = assert_attached(&rt, &ns, version, &r);
         for ((path, want), before) in sysctls.iter().zip(&host_before) {
             assert_eq!(
                 read_in(&ns, path).as_deref(),
@@ -412,7 +410,7 @@ fn conflist_contrail_then_tuning_for_each_version() {
         // no such file or directory" (code 999), hence `conf.all` in the shipped conflist.
         check_as_libcni_allows(&rt, &ns, version);
         rt.cnitool("del", &ns.path()).assert_ok();
-        assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+        assert_detached(&rt, Some(&ns), &host);
     }
 }
 
@@ -423,15 +421,13 @@ fn conflist_with_tuning_first_fails_and_leaves_nothing() {
     // ErrInternal) before looking at any interface. libcni stops the chain at the first failure
     // and caches nothing, so the plugin is never called for ADD. This order cannot work by
     // tuning's design; what matters is that it fails clearly and leaves nothing behind.
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
+    let (ns, node, pod) = (&rt.fx.ns, &rt.fx.node, &rt.fx.pod);
     let version = shipped("contrail.conflist")["cniVersion"]
         .as_str()
         .unwrap()
         .to_string();
     rt.install_conflist(&version, true);
-    let ns = Netns::new();
     let out = rt.cnitool("add", &ns.path());
     assert_eq!(
         cni_error(&out),
@@ -445,32 +441,30 @@ fn conflist_with_tuning_first_fails_and_leaves_nothing() {
     );
     assert!(!rt.plugin_ran("ADD", &ns.path()));
     assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!rt.node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    assert!(!node.pod_dir_exists(pod));
+    assert!(rt.fx.sim.ports().is_empty());
     assert!(rt.cache_files().is_empty());
     // The runtime then DELs the failed attachment: libcni runs DEL in reverse order (ours,
     // then tuning's) without a prevResult; both succeed with nothing to do.
     rt.cnitool("del", &ns.path()).assert_ok();
     assert!(rt.plugin_ran("DEL", &ns.path()));
     assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!rt.node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    assert!(!node.pod_dir_exists(pod));
+    assert!(rt.fx.sim.ports().is_empty());
     assert!(rt.cache_files().is_empty());
 }
 
 #[test]
 fn cached_result_feeds_check_and_del() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
+    let (ns, pod) = (&rt.fx.ns, &rt.fx.pod);
     let version = shipped("contrail.conflist")["cniVersion"]
         .as_str()
         .unwrap()
         .to_string();
     rt.install_conflist(&version, false);
-    let ns = Netns::new();
-    let r = rt.add(&ns);
-    let host = assert_attached(&rt, &sim, &pod, &ns, &version, &r);
+    let r = rt.add(ns);
+    let host = assert_attached(&rt, ns, &version, &r);
 
     // One cache entry, named as cnitool names it, holding the chain's final result.
     let file = rt.cache_file(&ns.path());
@@ -506,22 +500,20 @@ fn cached_result_feeds_check_and_del() {
     // DEL (with the cached result as prevResult) removes the attachment and the cache entry.
     rt.cnitool("del", &ns.path()).assert_ok();
     assert!(!file.exists());
-    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    assert_detached(&rt, Some(ns), &host);
     // A second DEL has no cache entry, so no prevResult, and nothing to do: it succeeds.
     rt.cnitool("del", &ns.path()).assert_ok();
-    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    assert_detached(&rt, Some(ns), &host);
 }
 
 #[test]
 fn check_through_libcni_catches_a_broken_attachment() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
+    let ns = &rt.fx.ns;
     rt.install_conf("1.0.0");
-    let ns = Netns::new();
-    let r = rt.add(&ns);
-    let host = assert_attached(&rt, &sim, &pod, &ns, "1.0.0", &r);
-    let vmi = &pod.vmis[0];
+    let r = rt.add(ns);
+    let host = assert_attached(&rt, ns, "1.0.0", &r);
+    let vmi = &rt.fx.pod.vmis[0];
     rt.cnitool("check", &ns.path()).assert_ok();
 
     // Someone changes the MAC inside the pod: CHECK fails with the plugin's code 103, and
@@ -552,32 +544,29 @@ fn check_through_libcni_catches_a_broken_attachment() {
 
     // DEL still removes everything.
     rt.cnitool("del", &ns.path()).assert_ok();
-    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    assert_detached(&rt, Some(ns), &host);
 }
 
 #[test]
 fn del_through_libcni_after_the_netns_is_gone() {
     // A node reboot or a runtime that removed the netns first: libcni's DEL (same netns path,
     // so the same container id and cache entry) must still clean up the host and the agent.
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
     let version = shipped("contrail.conflist")["cniVersion"]
         .as_str()
         .unwrap()
         .to_string();
     rt.install_conflist(&version, false);
-    let ns = Netns::new();
-    let path = ns.path();
-    let r = rt.add(&ns);
-    let host = assert_attached(&rt, &sim, &pod, &ns, &version, &r);
-    drop(ns);
+    let path = rt.fx.ns.path();
+    let r = rt.add(&rt.fx.ns);
+    let host = assert_attached(&rt, &rt.fx.ns, &version, &r);
+    rt.fx.remove_netns();
     rt.cnitool("del", &path).assert_ok();
     // The kernel destroys the veth with its netns asynchronously, if the DEL did not.
     wait_for("the host veth to go", Duration::from_secs(10), || {
         !host_link_exists(&host)
     });
-    assert_detached(&rt, &sim, &pod, None, &host);
+    assert_detached(&rt, None, &host);
     rt.cnitool("del", &path).assert_ok();
 }
 
@@ -587,11 +576,9 @@ fn cni_version_1_1_0_is_beyond_libcni_1_1_2_and_del_cleans_up() {
     // cannot parse its result ("unsupported CNI result version") and fails the ADD without
     // caching anything. That is why the shipped files say 0.3.1 and 1.0.0. The runtime's DEL
     // after the failed ADD must remove the attachment libcni never reported.
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let rt = Runtime::new(&sim, &pod);
+    let rt = Runtime::new();
+    let (ns, sim) = (&rt.fx.ns, &rt.fx.sim);
     rt.install_conf("1.1.0");
-    let ns = Netns::new();
     let out = rt.cnitool("add", &ns.path());
     assert!(!out.ok, "{}", out.stdout);
     assert_eq!(
@@ -600,10 +587,10 @@ fn cni_version_1_1_0_is_beyond_libcni_1_1_2_and_del_cleans_up() {
          unsupported CNI result version \"1.1.0\""
     );
     assert!(rt.plugin_ran("ADD", &ns.path()));
-    assert_eq!(ns.mac("eth0"), pod.vmis[0].mac);
+    assert_eq!(ns.mac("eth0"), rt.fx.pod.vmis[0].mac);
     assert_eq!(sim.ports().len(), 1);
     assert!(rt.cache_files().is_empty());
     let host = sim.ports()[0].1.clone();
     rt.cnitool("del", &ns.path()).assert_ok();
-    assert_detached(&rt, &sim, &pod, Some(&ns), &host);
+    assert_detached(&rt, Some(ns), &host);
 }

@@ -5,23 +5,18 @@ use serde_json::json;
 
 #[test]
 fn requested_ips_and_macs_are_logged_and_ignored() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let mut conf = node.netconf("0.4.0", "net-a");
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let (pod, ns) = (&fx.pod, &fx.ns);
+    let mut conf = fx.node.netconf("0.4.0", "net-a");
     // Multus puts capability args in runtimeConfig, a selection's cni-args under args.cni, and
     // may append IP= / MAC= to CNI_ARGS.
     conf["runtimeConfig"] = json!({"ips": ["192.0.2.9/24"], "mac": "02:11:22:33:44:55"});
     conf["args"] =
         json!({"cni": {"ips": ["192.0.2.10/24"], "mac": "02:11:22:33:44:56", "other": 1}});
-    let args = format!(
-        "{};IP=192.0.2.11/24;MAC=02:11:22:33:44:57",
-        pod.multus_args(&cid)
-    );
-    let r = node
-        .call("ADD", &cid, &ns.path(), "net1", &args, &conf)
+    let args = format!("{};IP=192.0.2.11/24;MAC=02:11:22:33:44:57", fx.args());
+    let r = fx
+        .node
+        .call("ADD", &fx.cid, &ns.path(), "net1", &args, &conf)
         .assert_ok()
         .json();
     // Contrail's allocation wins, in the interface and in the result.
@@ -31,7 +26,7 @@ fn requested_ips_and_macs_are_logged_and_ignored() {
     );
     assert_eq!(r["interfaces"][1]["mac"], pod.vmis[1].mac);
     assert_eq!(r["ips"][0]["address"], pod.vmis[1].addr());
-    let log = std::fs::read_to_string(node.config_dir.0.join("cni.log")).unwrap();
+    let log = std::fs::read_to_string(fx.node.config_dir.0.join("cni.log")).unwrap();
     for what in [
         "runtimeConfig.ips",
         "runtimeConfig.mac",
@@ -45,44 +40,35 @@ fn requested_ips_and_macs_are_logged_and_ignored() {
             "no warning for {what}:\n{log}"
         );
     }
-    node.call("DEL", &cid, &ns.path(), "net1", &args, &conf)
+    fx.node
+        .call("DEL", &fx.cid, &ns.path(), "net1", &args, &conf)
         .assert_ok();
 }
 
 #[test]
 fn multus_dels_every_delegate_after_a_later_one_fails() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let node = &fx.node;
     // The third delegate is a network kube-manager made no VMI for (a typo in the pod's
     // annotation, say): its ADD fails. (Debian's macvlan cannot play this part: its DEL
     // re-validates the whole config and fails wherever its ADD did.)
     let delegates = [
-        Delegate::contrail(&node, "0.3.1", "contrail-k8s-cni", "eth0"),
-        Delegate::contrail(&node, "0.3.0", "net-a", "net1"),
-        Delegate::contrail(&node, "0.3.0", "net-typo", "net2"),
+        Delegate::contrail(node, "0.3.1", "contrail-k8s-cni", "eth0"),
+        Delegate::contrail(node, "0.3.0", "net-a", "net1"),
+        Delegate::contrail(node, "0.3.0", "net-typo", "net2"),
     ];
-    let multus = Multus {
-        node: &node,
-        container_id: cid.clone(),
-        netns: ns.path(),
-        args: pod.multus_args(&cid),
-    };
+    let multus = fx.multus();
     let (failed, _) = multus
         .add_all(&delegates)
         .expect_err("the macvlan delegate must fail");
     assert_eq!(failed, 2);
     // Multus DELed net2, net1 and eth0: nothing of the pod is left anywhere.
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
     // The retry Kubernetes makes then succeeds from scratch.
     multus
         .add_all(&delegates[..2])
         .unwrap_or_else(|(i, out)| panic!("retry of delegate {i}: {out:?}"));
-    assert_eq!(ns.ifnames(), ["eth0", "lo", "net1"]);
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net1"]);
     multus.del_all(&delegates[..2]);
 }
 
@@ -93,27 +79,22 @@ fn cni_genie_names_and_its_partial_rollback() {
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vmis.clone());
+    let (node, ns) = (&fx.node, &fx.ns);
     // CNI-Genie: eth0..ethN, no K8S_POD_UID, cniVersion 0.3.0 filled in.
     let args = format!(
         "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
-        pod.namespace, pod.name
+        fx.pod.namespace, fx.pod.name
     );
     let genie = Multus {
-        node: &node,
-        container_id: cid,
-        netns: ns.path(),
         args,
+        ..fx.multus()
     };
     let delegates = [
-        Delegate::contrail(&node, "0.3.0", "contrail-k8s-cni", "eth0"),
-        Delegate::contrail(&node, "0.3.0", "net-a", "eth1"),
-        Delegate::contrail(&node, "0.3.0", "net-a", "eth2"),
-        Delegate::contrail(&node, "0.3.0", "net-z", "eth3"),
+        Delegate::contrail(node, "0.3.0", "contrail-k8s-cni", "eth0"),
+        Delegate::contrail(node, "0.3.0", "net-a", "eth1"),
+        Delegate::contrail(node, "0.3.0", "net-a", "eth2"),
+        Delegate::contrail(node, "0.3.0", "net-z", "eth3"),
     ];
     for d in &delegates[..3] {
         genie.call("ADD", d).assert_ok();
@@ -130,11 +111,9 @@ fn cni_genie_names_and_its_partial_rollback() {
     let out = genie.call("ADD", &delegates[3]);
     assert_eq!(out.code(), 101);
     assert_eq!(ns.ifnames(), ["eth0", "eth1", "eth2", "lo"]);
-    assert_eq!(node.state_files(&pod).len(), 3);
+    assert_eq!(node.state_files(&fx.pod).len(), 3);
     for d in delegates[..3].iter().rev() {
         genie.call("DEL", d).assert_ok();
     }
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
 }

@@ -14,28 +14,12 @@ fn mixed_plugin_pod_add_partial_del_and_reverse_del() {
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
+    let fx = Fixture::new(vmis.clone());
+    let ns = &fx.ns;
     let t = tag();
     let subnet = u8::from_str_radix(&t[..2], 16).unwrap() % 200 + 20;
     let bridge = HostLink(format!("ck8sb{t}"));
-    let master = HostLink(format!("ck8sm{t}"));
-    sh(
-        "ip",
-        &[
-            "link",
-            "add",
-            &master.0,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &format!("ck8sp{t}"),
-        ],
-    );
-    sh("ip", &["link", "set", &master.0, "up"]);
+    let master = HostLink::macvlan_master();
     let ipam_dir = TempDir::new();
 
     let cluster = json!({"cniVersion": "0.4.0", "name": "cluster", "type": "bridge", "bridge": bridge.0,
@@ -45,17 +29,11 @@ fn mixed_plugin_pod_add_partial_del_and_reverse_del() {
         "mode": "bridge", "ipam": {"type": "static", "addresses": [{"address": "192.168.77.5/24"}]}});
     let delegates = [
         Delegate::debian(cluster, "eth0"),
-        Delegate::contrail(&node, "0.3.0", "net-a", "net1"),
+        Delegate::contrail(&fx.node, "0.3.0", "net-a", "net1"),
         Delegate::debian(macvlan, "net2"),
-        Delegate::contrail(&node, "0.3.0", "net-a", "net3"),
+        Delegate::contrail(&fx.node, "0.3.0", "net-a", "net3"),
     ];
-    let cid = uuid();
-    let multus = Multus {
-        node: &node,
-        container_id: cid.clone(),
-        netns: ns.path(),
-        args: pod.multus_args(&cid),
-    };
+    let multus = fx.multus();
 
     let results = multus
         .add_all(&delegates)
@@ -97,13 +75,11 @@ fn mixed_plugin_pod_add_partial_del_and_reverse_del() {
         [("-4".to_string(), gw, "eth0".to_string())]
     );
     multus.call("CHECK", &delegates[3]).assert_ok();
-    assert_eq!(node.state_files(&pod), [vmis[2].uuid.clone()]);
+    assert_eq!(fx.node.state_files(&fx.pod), [vmis[2].uuid.clone()]);
 
     // The pod goes away: Multus DELs every delegate in reverse order (net1 a second time).
     multus.del_all(&delegates);
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
     // host-local released eth0's address.
     let reserved: Vec<_> = walk(&ipam_dir.0)
         .into_iter()

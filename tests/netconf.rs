@@ -104,9 +104,9 @@ fn multus_pod_from_the_netconf_files() {
     }
     let mut pod = PodSpec::new(vmis.clone());
     pod.namespace = pod_ns;
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    install_node_conf(&node);
+    let fx = Fixture::with_pod(pod, &[]);
+    let (node, ns) = (&fx.node, &fx.ns);
+    install_node_conf(node);
 
     // The cluster network delegate from netconf/00-multus.conf, pointed at this test's agent.
     let multus_conf: Value = serde_json::from_str(&netconf("00-multus.conf")).unwrap();
@@ -126,14 +126,7 @@ fn multus_pod_from_the_netconf_files() {
             ifname: s.ifname.clone(),
         });
     }
-    let ns = Netns::new();
-    let cid = uuid();
-    let multus = Multus {
-        node: &node,
-        container_id: cid.clone(),
-        netns: ns.path(),
-        args: pod.multus_args(&cid),
-    };
+    let multus = fx.multus();
     multus
         .add_all(&delegates)
         .unwrap_or_else(|(i, out)| panic!("delegate {i} failed: {out:?}"));
@@ -159,9 +152,7 @@ fn multus_pod_from_the_netconf_files() {
         [("-4".to_string(), "10.1.0.1".to_string(), "eth0".to_string())]
     );
     multus.del_all(&delegates);
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
 }
 
 #[test]
@@ -178,9 +169,9 @@ fn cni_genie_pod_from_the_netconf_files() {
         pod_doc["metadata"]["name"].as_str().unwrap(),
         tag()
     );
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let mut contrail_conf = install_node_conf(&node);
+    let fx = Fixture::with_pod(pod, &[]);
+    let (pod, ns) = (&fx.pod, &fx.ns);
+    let mut contrail_conf = install_node_conf(&fx.node);
     // Genie fills a missing cniVersion with 0.3.0; the shipped file has one, Genie keeps it.
     contrail_conf["cniVersion"] = json!("0.3.0");
 
@@ -200,18 +191,14 @@ fn cni_genie_pod_from_the_netconf_files() {
             ifname: "eth1".into(),
         },
     ];
-    let ns = Netns::new();
-    let cid = uuid();
     // Genie's CNI_ARGS: no K8S_POD_UID.
     let args = format!(
         "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
         pod.namespace, pod.name
     );
     let genie = Multus {
-        node: &node,
-        container_id: cid,
-        netns: ns.path(),
         args,
+        ..fx.multus()
     };
     for d in &delegates {
         genie.call("ADD", d).assert_ok();
@@ -235,5 +222,5 @@ fn cni_genie_pod_from_the_netconf_files() {
         genie.call("DEL", d).assert_ok();
     }
     assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
+    assert!(!fx.node.pod_dir_exists(pod));
 }

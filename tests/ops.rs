@@ -300,17 +300,16 @@ fn inspect_finds_each_kind_of_breakage() {
     let node = Node::new(&sim);
     let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
     let cid = uuid();
-    for (pod, ns) in pods.iter().zip(&spaces) {
-        node.call(
-            "ADD",
-            &cid,
-            &ns.path(),
-            "eth0",
-            &pod.multus_args(&cid),
-            &node.netconf("1.0.0", ""),
-        )
-        .assert_ok();
-    }
+    // Every pod's eth0, each pod in a netns of its own (several pods share one node: no Fixture).
+    let call_all = |command: &str| {
+        for (pod, ns) in pods.iter().zip(&spaces) {
+            let conf = node.netconf("1.0.0", "");
+            let args = pod.multus_args(&cid);
+            node.call(command, &cid, &ns.path(), "eth0", &args, &conf)
+                .assert_ok();
+        }
+    };
+    call_all("ADD");
     let vmi = |i: usize| pods[i].vmis[0].uuid.clone();
     let rows = inspect(&node);
     for i in 0..4 {
@@ -372,17 +371,7 @@ fn inspect_finds_each_kind_of_breakage() {
     let line = table.lines().find(|l| l.contains(&vmi(3))).unwrap();
     assert!(line.ends_with("stale sandbox"), "{line}");
 
-    for (pod, ns) in pods.iter().zip(&spaces) {
-        node.call(
-            "DEL",
-            &cid,
-            &ns.path(),
-            "eth0",
-            &pod.multus_args(&cid),
-            &node.netconf("1.0.0", ""),
-        )
-        .assert_ok();
-    }
+    call_all("DEL");
     let rows = inspect(&node);
     assert!(rows.iter().all(|r| r["vmi"] == "-"), "state left: {rows:?}");
 }

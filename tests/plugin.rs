@@ -8,64 +8,6 @@ use serde_json::{Value, json};
 
 const VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
-/// ADD one attachment and return the result.
-fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns, ifname: &str, network: &str) -> Value {
-    node.call(
-        "ADD",
-        cid,
-        &ns.path(),
-        ifname,
-        &pod.multus_args(cid),
-        &node.netconf("1.0.0", network),
-    )
-    .assert_ok()
-    .json()
-}
-
-fn del(node: &Node, pod: &PodSpec, cid: &str, ns: &str, ifname: &str, network: &str) -> Output {
-    node.call(
-        "DEL",
-        cid,
-        ns,
-        ifname,
-        &pod.multus_args(cid),
-        &node.netconf("1.0.0", network),
-    )
-}
-
-/// CHECK with the ADD result as prevResult, as libcni sends it.
-fn check(
-    node: &Node,
-    pod: &PodSpec,
-    cid: &str,
-    ns: &Netns,
-    ifname: &str,
-    network: &str,
-    prev: &Value,
-) -> Output {
-    let mut conf = node.netconf("1.0.0", network);
-    conf["prevResult"] = prev.clone();
-    node.call(
-        "CHECK",
-        cid,
-        &ns.path(),
-        ifname,
-        &pod.multus_args(cid),
-        &conf,
-    )
-}
-
-fn host_name(result: &Value) -> String {
-    result["interfaces"][0]["name"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn registered(sim: &Sim) -> BTreeSet<(String, String, String)> {
-    sim.ports().into_iter().collect()
-}
-
 #[test]
 fn three_attachments_with_a_repeated_network_add_check_del() {
     let vmis = vec![
@@ -73,17 +15,14 @@ fn three_attachments_with_a_repeated_network_add_check_del() {
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    node.contrail["mtu"] = json!(1400);
-    let ns = Netns::new();
-    let cid = uuid();
+    let mut fx = Fixture::new(vmis.clone());
+    fx.set("mtu", json!(1400));
+    let ns = &fx.ns;
 
     // Multus: the cluster network delegate (its config's own name) on eth0, then net1, net2.
-    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "contrail-k8s-cni");
-    let net1 = add(&node, &pod, &cid, &ns, "net1", "net-a");
-    let net2 = add(&node, &pod, &cid, &ns, "net2", "net-a");
+    let eth0 = fx.add("eth0", "contrail-k8s-cni");
+    let net1 = fx.add("net1", "net-a");
+    let net2 = fx.add("net2", "net-a");
 
     assert_eq!(ns.ifnames(), ["eth0", "lo", "net1", "net2"]);
     for (ifname, vmi, v6) in [
@@ -115,7 +54,7 @@ fn three_attachments_with_a_repeated_network_add_check_del() {
         assert!(host_link_exists(&host_name(r)));
     }
     assert_eq!(
-        registered(&sim),
+        fx.registered(),
         [
             (&vmis[0], &eth0, "eth0"),
             (&vmis[1], &net1, "net1"),
@@ -125,49 +64,44 @@ fn three_attachments_with_a_repeated_network_add_check_del() {
         .map(|(v, r, i)| (v.uuid.clone(), host_name(r), i.to_string()))
         .collect()
     );
-    assert_eq!(node.state_files(&pod).len(), 3);
+    assert_eq!(fx.node.state_files(&fx.pod).len(), 3);
     for (ifname, net, r) in [
         ("eth0", "default", &eth0),
         ("net1", "net-a", &net1),
         ("net2", "net-a", &net2),
     ] {
-        check(&node, &pod, &cid, &ns, ifname, net, r).assert_ok();
+        fx.check(ifname, net, r).assert_ok();
     }
 
     // DEL of net1 removes exactly net1, its port included: the others stay registered.
-    let mut ports_after = registered(&sim);
+    let mut ports_after = fx.registered();
     ports_after.retain(|p| p.2 != "net1");
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
     assert_eq!(ns.ifnames(), ["eth0", "lo", "net2"]);
     assert!(!host_link_exists(&host_name(&net1)));
     assert_eq!(ns.addrs("net2"), [vmis[2].addr()]);
     assert_eq!(ns.addrs("eth0")[0], vmis[0].addr());
-    assert_eq!(registered(&sim), ports_after);
-    assert_eq!(node.state_files(&pod).len(), 2);
-    check(&node, &pod, &cid, &ns, "net2", "net-a", &net2).assert_ok();
-    check(&node, &pod, &cid, &ns, "eth0", "default", &eth0).assert_ok();
-    assert_eq!(
-        check(&node, &pod, &cid, &ns, "net1", "net-a", &net1).code(),
-        103
-    );
+    assert_eq!(fx.registered(), ports_after);
+    assert_eq!(fx.node.state_files(&fx.pod).len(), 2);
+    fx.check("net2", "net-a", &net2).assert_ok();
+    fx.check("eth0", "default", &eth0).assert_ok();
+    assert_eq!(fx.check("net1", "net-a", &net1).code(), 103);
 
     // Added back, net1 gets its VMI again.
-    let again = add(&node, &pod, &cid, &ns, "net1", "net-a");
+    let again = fx.add("net1", "net-a");
     assert_eq!(ns.mac("net1"), vmis[1].mac);
     assert_eq!(ns.addrs("net1"), [vmis[1].addr()]);
     assert_eq!(host_name(&again), host_name(&net1));
-    assert_eq!(registered(&sim).len(), 3);
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
+    assert_eq!(fx.registered().len(), 3);
+    fx.del("net1", "net-a").assert_ok();
 
     // DEL of the last one leaves no interface, no state and no port behind.
-    del(&node, &pod, &cid, &ns.path(), "net2", "net-a").assert_ok();
-    del(&node, &pod, &cid, &ns.path(), "eth0", "contrail-k8s-cni").assert_ok();
-    assert_eq!(ns.ifnames(), ["lo"]);
+    fx.del("net2", "net-a").assert_ok();
+    fx.del("eth0", "contrail-k8s-cni").assert_ok();
     for r in [&eth0, &net2] {
         assert!(!host_link_exists(&host_name(r)));
     }
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(registered(&sim).is_empty());
+    fx.assert_nothing_left();
 }
 
 #[test]
@@ -179,28 +113,24 @@ fn ifname_number_does_not_imply_index() {
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    add(&node, &pod, &cid, &ns, "net2", "net-a");
-    add(&node, &pod, &cid, &ns, "net3", "net-a");
+    let fx = Fixture::new(vmis.clone());
+    fx.add("net2", "net-a");
+    fx.add("net3", "net-a");
     assert_eq!(
-        (ns.mac("net2"), ns.addrs("net2")),
+        (fx.ns.mac("net2"), fx.ns.addrs("net2")),
         (vmis[1].mac.clone(), vec![vmis[1].addr()])
     );
     assert_eq!(
-        (ns.mac("net3"), ns.addrs("net3")),
+        (fx.ns.mac("net3"), fx.ns.addrs("net3")),
         (vmis[2].mac.clone(), vec![vmis[2].addr()])
     );
     // Secondary networks never get a default route.
-    assert!(ns.default_routes().is_empty());
+    assert!(fx.ns.default_routes().is_empty());
     for ifname in ["net3", "net2"] {
-        del(&node, &pod, &cid, &ns.path(), ifname, "net-a").assert_ok();
+        fx.del(ifname, "net-a").assert_ok();
     }
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
+    assert_eq!(fx.ns.ifnames(), ["lo"]);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
@@ -210,59 +140,48 @@ fn interface_annotation_picks_the_vmi() {
         VmiSpec::new("net-a", 2).with("interface", json!("eth5")),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vmis.clone());
     // net-a@eth5 second in the pod's list, but called first for the plain reference.
-    add(&node, &pod, &cid, &ns, "net1", "net-a");
-    add(&node, &pod, &cid, &ns, "eth5", "net-a");
-    assert_eq!(ns.mac("eth5"), vmis[1].mac);
-    assert_eq!(ns.mac("net1"), vmis[2].mac);
+    fx.add("net1", "net-a");
+    fx.add("eth5", "net-a");
+    assert_eq!(fx.ns.mac("eth5"), vmis[1].mac);
+    assert_eq!(fx.ns.mac("net1"), vmis[2].mac);
     for ifname in ["eth5", "net1"] {
-        del(&node, &pod, &cid, &ns.path(), ifname, "net-a").assert_ok();
+        fx.del(ifname, "net-a").assert_ok();
     }
 }
 
 #[test]
 fn default_gw_annotation_moves_the_default_route() {
-    let vmis = vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).with("default-gw", json!(true)),
-    ];
-    let pod = PodSpec::new(vmis);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    add(&node, &pod, &cid, &ns, "eth0", "default");
-    let r = add(&node, &pod, &cid, &ns, "net1", "net-a");
+    ]);
+    fx.add("eth0", "default");
+    let r = fx.add("net1", "net-a");
     assert_eq!(
-        ns.default_routes(),
+        fx.ns.default_routes(),
         [("-4".into(), "10.2.0.1".into(), "net1".into())]
     );
     assert_eq!(r["routes"], json!([{"dst": "0.0.0.0/0", "gw": "10.2.0.1"}]));
     for ifname in ["net1", "eth0"] {
-        del(&node, &pod, &cid, &ns.path(), ifname, "x").assert_ok();
+        fx.del(ifname, "x").assert_ok();
     }
 }
 
 #[test]
 fn each_cni_version_gets_its_result_shape() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1).dual_stack()]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1).dual_stack()]);
     for version in VERSIONS {
+        // A sandbox of its own for each version.
         let ns = Netns::new();
         let cid = uuid();
-        let out = node.call(
-            "ADD",
+        let out = fx.call_in(
             &cid,
             &ns.path(),
+            "ADD",
             "eth0",
-            &pod.multus_args(&cid),
-            &node.netconf(version, ""),
+            &fx.node.netconf(version, ""),
         );
         let r = out.assert_ok().json();
         assert_eq!(r["cniVersion"], version);
@@ -274,7 +193,7 @@ fn each_cni_version_gets_its_result_shape() {
         );
         assert_eq!(ifs[1]["name"], "eth0");
         assert_eq!(ifs[1]["sandbox"], ns.path());
-        assert_eq!(ifs[1]["mac"], pod.vmis[0].mac);
+        assert_eq!(ifs[1]["mac"], fx.pod.vmis[0].mac);
         let ips = r["ips"].as_array().unwrap();
         assert_eq!(ips.len(), 2);
         assert_eq!(ips[0]["address"], "10.1.0.11/24");
@@ -290,191 +209,144 @@ fn each_cni_version_gets_its_result_shape() {
         }
         assert_eq!(ifs[1].get("mtu").is_some(), version == "1.1.0", "{version}");
         assert_eq!(r["routes"].as_array().unwrap().len(), 2);
-        let mut conf = node.netconf(version, "");
+        let mut conf = fx.node.netconf(version, "");
         conf["prevResult"] = r.clone();
-        node.call(
-            "CHECK",
-            &cid,
-            &ns.path(),
-            "eth0",
-            &pod.multus_args(&cid),
-            &conf,
-        )
-        .assert_ok();
-        node.call(
-            "DEL",
-            &cid,
-            &ns.path(),
-            "eth0",
-            &pod.multus_args(&cid),
-            &conf,
-        )
-        .assert_ok();
+        fx.call_in(&cid, &ns.path(), "CHECK", "eth0", &conf)
+            .assert_ok();
+        fx.call_in(&cid, &ns.path(), "DEL", "eth0", &conf)
+            .assert_ok();
         assert_eq!(ns.ifnames(), ["lo"]);
     }
 }
 
 #[test]
 fn del_is_idempotent_and_needs_neither_netns_nor_prev_result_nor_args() {
-    let pod = PodSpec::new(vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-b", 3),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let cid = uuid();
-    let ns = Netns::new();
-    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "default");
-    let net1 = add(&node, &pod, &cid, &ns, "net1", "net-a");
-    let net2 = add(&node, &pod, &cid, &ns, "net2", "net-b");
+    let eth0 = fx.add("eth0", "default");
+    let net1 = fx.add("net1", "net-a");
+    let net2 = fx.add("net2", "net-b");
 
     // Twice the same DEL: the second has nothing to do.
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
     assert!(!host_link_exists(&host_name(&net1)));
 
     // Empty CNI_NETNS and no CNI_ARGS at all (no pod name): found by container id and ifname.
-    node.call("DEL", &cid, "", "net2", "", &node.netconf("0.4.0", "net-b"))
+    let conf = fx.node.netconf("0.4.0", "net-b");
+    fx.node
+        .call("DEL", &fx.cid, "", "net2", "", &conf)
         .assert_ok();
     assert!(!host_link_exists(&host_name(&net2)));
-    assert_eq!(ns.ifnames(), ["eth0", "lo"]);
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo"]);
 
     // The netns is gone (node reboot, runtime already removed it): DEL still cleans up.
-    let path = ns.path();
-    drop(ns);
-    del(&node, &pod, &cid, &path, "eth0", "default").assert_ok();
+    fx.remove_netns();
+    fx.del("eth0", "default").assert_ok();
     assert!(!host_link_exists(&host_name(&eth0)));
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
-    del(&node, &pod, &cid, &path, "eth0", "default").assert_ok();
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    assert!(fx.sim.ports().is_empty());
+    fx.del("eth0", "default").assert_ok();
 
     // DEL for a pod and container never seen.
-    del(
-        &node,
-        &PodSpec::new(vec![]),
-        "never-added",
-        "/run/netns/none",
-        "eth0",
-        "default",
-    )
-    .assert_ok();
+    fx.node
+        .call(
+            "DEL",
+            "never-added",
+            "/run/netns/none",
+            "eth0",
+            &PodSpec::new(vec![]).multus_args("never-added"),
+            &fx.conf("default"),
+        )
+        .assert_ok();
 }
 
 #[test]
 fn late_del_from_an_older_sandbox_leaves_the_new_one_alone() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let (old_cid, new_cid) = (uuid(), uuid());
-    let old_ns = Netns::new();
-    add(&node, &pod, &old_cid, &old_ns, "eth0", "default");
+    // The fixture's sandbox is the old one.
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    fx.add("eth0", "default");
     // The old sandbox dies without a DEL; the new one takes the VMI over, replacing the
     // leftover host interface of the same name instead of failing with "file exists".
-    let new_ns = Netns::new();
-    let new = add(&node, &pod, &new_cid, &new_ns, "eth0", "default");
-    assert_eq!(new_ns.mac("eth0"), pod.vmis[0].mac);
+    let (new_cid, new_ns) = (uuid(), Netns::new());
+    let new = fx
+        .call_in(&new_cid, &new_ns.path(), "ADD", "eth0", &fx.conf("default"))
+        .assert_ok()
+        .json();
+    assert_eq!(new_ns.mac("eth0"), fx.pod.vmis[0].mac);
     assert_eq!(
-        old_ns.ifnames(),
+        fx.ns.ifnames(),
         ["lo"],
         "the old sandbox's veth was the leftover"
     );
     // The late DEL of the old sandbox arrives.
-    del(&node, &pod, &old_cid, &old_ns.path(), "eth0", "default").assert_ok();
-    assert_eq!(new_ns.addrs("eth0"), [pod.vmis[0].addr()]);
+    fx.del("eth0", "default").assert_ok();
+    assert_eq!(new_ns.addrs("eth0"), [fx.pod.vmis[0].addr()]);
     assert!(host_link_exists(&host_name(&new)));
-    assert_eq!(node.state_files(&pod), [pod.vmis[0].uuid.clone()]);
-    assert_eq!(sim.ports().len(), 1);
-    del(&node, &pod, &new_cid, &new_ns.path(), "eth0", "default").assert_ok();
-    assert!(!node.pod_dir_exists(&pod));
-}
-
-/// After a failed ADD: no interface in the netns, no state, no port.
-fn assert_nothing_left(node: &Node, pod: &PodSpec, ns: &Netns, sim: &Sim) {
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(
-        !node.pod_dir_exists(pod),
-        "state left: {:?}",
-        node.state_files(pod)
-    );
-    assert!(sim.ports().is_empty());
+    assert_eq!(fx.node.state_files(&fx.pod), [fx.pod.vmis[0].uuid.clone()]);
+    assert_eq!(fx.sim.ports().len(), 1);
+    fx.call_in(&new_cid, &new_ns.path(), "DEL", "eth0", &fx.conf("default"))
+        .assert_ok();
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
 fn failed_registration_rolls_everything_back() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &["--fail", "POST:/vm:500"]);
-    let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(3);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
+    let mut fx = Fixture::with_sim(
+        vec![VmiSpec::new("default", 1)],
+        &["--fail", "POST:/vm:500"],
     );
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains("HTTP 500"), "{}", out.msg());
-    assert_nothing_left(&node, &pod, &ns, &sim);
+    fx.assert_nothing_left();
     // Multus then sends DEL to the failed delegate: it succeeds.
-    del(&node, &pod, &cid, &ns.path(), "eth0", "").assert_ok();
+    fx.del("eth0", "").assert_ok();
 }
 
 #[test]
 fn existing_interface_name_fails_and_is_left_untouched() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
     let peer = format!("ck8s{}", tag());
     sh(
         "ip",
         &[
-            "link", "add", &peer, "type", "veth", "peer", "name", "eth0", "netns", &ns.name,
+            "link",
+            "add",
+            &peer,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &fx.ns.name,
         ],
     );
-    let mac = ns.mac("eth0");
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
-    );
+    let mac = fx.ns.mac("eth0");
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 102);
     assert!(out.msg().contains("already exists"), "{}", out.msg());
-    assert_eq!(ns.mac("eth0"), mac);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    assert_eq!(fx.ns.mac("eth0"), mac);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    assert!(fx.sim.ports().is_empty());
     sh("ip", &["link", "del", &peer]);
 }
 
 #[test]
 fn agent_that_never_gives_an_ip_times_out_with_code_11() {
-    let pod = PodSpec::new(vec![
+    let mut fx = Fixture::new(vec![
         VmiSpec::new("default", 1).with("ip-delay-ms", json!(600_000)),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(5);
-    let ns = Netns::new();
-    let cid = uuid();
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(5));
     let started = std::time::Instant::now();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
-    );
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains("IP address"), "{}", out.msg());
     // Bounded by poll-timeout x poll-retries (0.5 s), with slack for process start.
@@ -483,194 +355,115 @@ fn agent_that_never_gives_an_ip_times_out_with_code_11() {
         "{:?}",
         started.elapsed()
     );
-    assert_nothing_left(&node, &pod, &ns, &sim);
+    fx.assert_nothing_left();
 }
 
 #[test]
 fn incomplete_pod_times_out_saying_how_far_it_got() {
-    let pod = PodSpec::new(vec![
+    let mut fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).with("cfg-delay-ms", json!(600_000)),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(3);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
-    );
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains("1 of 2 interfaces"), "{}", out.msg());
-    assert_nothing_left(&node, &pod, &ns, &sim);
+    fx.assert_nothing_left();
 }
 
 #[test]
 fn unknown_network_names_the_pod_and_known_networks() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "net1",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", "net-z"),
-    );
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let out = fx.call("ADD", "net1", &fx.conf("net-z"));
     assert_eq!(out.code(), 101);
     let msg = out.msg();
     assert!(
-        msg.contains("net-z") && msg.contains(&pod.vm_name()) && msg.contains("default, net-a"),
+        msg.contains("net-z") && msg.contains(&fx.pod.vm_name()) && msg.contains("default, net-a"),
         "{msg}"
     );
     // A network attached more often than the pod references it.
-    add(&node, &pod, &cid, &ns, "net1", "net-a");
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "net2",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", "net-a"),
-    );
+    fx.add("net1", "net-a");
+    let out = fx.call("ADD", "net2", &fx.conf("net-a"));
     assert_eq!(out.code(), 101);
-    assert_eq!(ns.ifnames(), ["lo", "net1"]);
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["lo", "net1"]);
+    fx.del("net1", "net-a").assert_ok();
 }
 
 #[test]
 fn unreachable_agent_fails_with_code_11() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    drop(sim); // nothing listens on that port any more
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(3);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
-    );
+    let mut fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    fx.stop_agent(); // nothing listens on that port any more
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains("did not answer"), "{}", out.msg());
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
+    assert_eq!(fx.ns.ifnames(), ["lo"]);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
 fn concurrent_adds_of_one_network_never_share_a_vmi() {
     let mut vmis = vec![VmiSpec::new("default", 1)];
     vmis.extend((2..8).map(|n| VmiSpec::new("net-a", n)));
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vmis.clone());
     std::thread::scope(|s| {
         for i in 1..=6 {
-            let (node, pod, ns, cid) = (&node, &pod, &ns, &cid);
-            s.spawn(move || add(node, pod, cid, ns, &format!("net{i}"), "net-a"));
+            let fx = &fx;
+            s.spawn(move || fx.add(&format!("net{i}"), "net-a"));
         }
     });
-    let macs: BTreeSet<String> = (1..=6).map(|i| ns.mac(&format!("net{i}"))).collect();
+    let macs: BTreeSet<String> = (1..=6).map(|i| fx.ns.mac(&format!("net{i}"))).collect();
     let want: BTreeSet<String> = vmis[1..].iter().map(|v| v.mac.clone()).collect();
     assert_eq!(macs, want);
     std::thread::scope(|s| {
         for i in 1..=6 {
-            let (node, pod, ns, cid) = (&node, &pod, &ns, &cid);
+            let fx = &fx;
             s.spawn(move || {
-                del(node, pod, cid, &ns.path(), &format!("net{i}"), "net-a").assert_ok();
+                fx.del(&format!("net{i}"), "net-a").assert_ok();
             });
         }
     });
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
 }
 
 #[test]
 fn minimal_nad_config_with_node_wide_defaults() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
     // The node-wide file carries the agent's port and the state directory...
     let node_conf = json!({"cniVersion": "0.3.1", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
-                           "contrail": node.contrail});
+                           "contrail": fx.node.contrail});
     std::fs::write(
-        node.conf_dir.0.join("10-contrail.conf"),
+        fx.node.conf_dir.0.join("10-contrail.conf"),
         node_conf.to_string(),
     )
     .unwrap();
     // ...so the NetworkAttachmentDefinition config is just this, plus the name Multus injects.
     let nad = json!({"cniVersion": "0.3.0", "type": "contrail-k8s-cni", "name": "net-a"});
-    let ns = Netns::new();
-    let cid = uuid();
-    let r = node
-        .call(
-            "ADD",
-            &cid,
-            &ns.path(),
-            "net1",
-            &pod.multus_args(&cid),
-            &nad,
-        )
-        .assert_ok()
-        .json();
+    let r = fx.call("ADD", "net1", &nad).assert_ok().json();
     assert_eq!(r["cniVersion"], "0.3.0");
-    assert_eq!(ns.mac("net1"), pod.vmis[1].mac);
-    assert!(node.state_files(&pod).contains(&pod.vmis[1].uuid));
-    node.call(
-        "DEL",
-        &cid,
-        &ns.path(),
-        "net1",
-        &pod.multus_args(&cid),
-        &nad,
-    )
-    .assert_ok();
-    assert!(!node.pod_dir_exists(&pod));
+    assert_eq!(fx.ns.mac("net1"), fx.pod.vmis[1].mac);
+    assert!(fx.node.state_files(&fx.pod).contains(&fx.pod.vmis[1].uuid));
+    fx.call("DEL", "net1", &nad).assert_ok();
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
 fn logs_go_to_the_log_file_and_stdout_holds_only_the_result() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = node.call(
-        "ADD",
-        &cid,
-        &ns.path(),
-        "eth0",
-        &pod.multus_args(&cid),
-        &node.netconf("1.0.0", ""),
-    );
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let out = fx.call("ADD", "eth0", &fx.conf(""));
     let r = out.assert_ok().json(); // the whole of stdout parses as one result
     assert_eq!(r["interfaces"][1]["name"], "eth0");
-    let log = std::fs::read_to_string(node.config_dir.0.join("cni.log")).unwrap();
+    let log = std::fs::read_to_string(fx.node.config_dir.0.join("cni.log")).unwrap();
     assert!(
         log.contains(&format!(
-            "ADD container={cid} ifname=eth0 network=default pod=default/{} vmi={}: ok in",
-            pod.name, pod.vmis[0].uuid
+            "ADD container={} ifname=eth0 network=default pod=default/{} vmi={}: ok in",
+            fx.cid, fx.pod.name, fx.pod.vmis[0].uuid
         )),
         "{log}"
     );
-    del(&node, &pod, &cid, &ns.path(), "eth0", "").assert_ok();
+    fx.del("eth0", "").assert_ok();
 }
 
 #[test]
@@ -686,13 +479,9 @@ fn version_lists_every_supported_version() {
 
 #[test]
 fn bad_config_and_env_fail_before_anything_is_created() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let args = pod.multus_args(&cid);
-    let good = node.netconf("1.0.0", "");
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let args = fx.args();
+    let good = fx.conf("");
     let with = |key: &str, v: Value| {
         let mut c = good.clone();
         c["contrail"][key] = v;
@@ -785,13 +574,16 @@ fn bad_config_and_env_fail_before_anything_is_created() {
     for (what, overrides, stdin, code, words) in cases {
         let mut env = vec![
             ("CNI_COMMAND", "ADD"),
-            ("CNI_CONTAINERID", cid.as_str()),
+            ("CNI_CONTAINERID", fx.cid.as_str()),
             ("CNI_NETNS", "/run/netns/x"),
             ("CNI_IFNAME", "eth0"),
             ("CNI_ARGS", args.as_str()),
-            ("CONTRAIL_CNI_CONF_DIR", node.conf_dir.0.to_str().unwrap()),
+            (
+                "CONTRAIL_CNI_CONF_DIR",
+                fx.node.conf_dir.0.to_str().unwrap(),
+            ),
         ];
-        let ns_path = ns.path();
+        let ns_path = fx.ns.path();
         env[2].1 = &ns_path;
         for (k, v) in &overrides {
             env.retain(|(ek, _)| ek != k);
@@ -800,16 +592,13 @@ fn bad_config_and_env_fail_before_anything_is_created() {
         let out = run_plugin(&env, stdin.as_bytes());
         assert_eq!(out.code(), code, "{what}: {}", out.stdout);
         assert!(out.msg().contains(words), "{what}: {}", out.msg());
-        assert!(!node.ports_dir().exists(), "{what}: state written");
-        assert_eq!(ns.ifnames(), ["lo"], "{what}");
+        assert!(!fx.node.ports_dir().exists(), "{what}: state written");
+        assert_eq!(fx.ns.ifnames(), ["lo"], "{what}");
     }
     if !cfg!(feature = "thick") {
-        let out = node.call(
+        let out = fx.call(
             "ADD",
-            &cid,
-            &ns.path(),
             "eth0",
-            &args,
             &with("mode", json!("thick")).parse().unwrap(),
         );
         assert_eq!(out.code(), 7);
@@ -855,11 +644,8 @@ fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
         on_network("net-b", 3, 1, false, true),
         on_network("net-b", 3, 2, false, true),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vmis.clone());
+    let ns = &fx.ns;
     let attachments = [
         ("eth0", "default"),
         ("net1", "net-a"),
@@ -870,7 +656,7 @@ fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
     ];
     let results: Vec<Value> = attachments
         .iter()
-        .map(|(ifname, net)| add(&node, &pod, &cid, &ns, ifname, net))
+        .map(|(ifname, net)| fx.add(ifname, net))
         .collect();
     let addresses = |v: &VmiSpec| -> Vec<String> {
         v.ip.iter()
@@ -884,7 +670,7 @@ fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
         assert!(!ns.v6_tentative(ifname), "{ifname}");
         let gw6 = v.v6_gateway.clone().unwrap();
         assert_eq!(
-            route_via(&ns, &gw6, ifname),
+            route_via(ns, &gw6, ifname),
             (String::new(), ifname.to_string())
         );
     };
@@ -902,107 +688,87 @@ fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
         ]
     );
     for ((ifname, net), r) in attachments.iter().zip(&results) {
-        check(&node, &pod, &cid, &ns, ifname, net, r).assert_ok();
+        fx.check(ifname, net, r).assert_ok();
     }
     // DEL of one attachment of each repeated network leaves the others' addresses and routes.
-    del(&node, &pod, &cid, &ns.path(), "net2", "net-a").assert_ok();
-    del(&node, &pod, &cid, &ns.path(), "net4", "net-b").assert_ok();
+    fx.del("net2", "net-a").assert_ok();
+    fx.del("net4", "net-b").assert_ok();
     for (i, ((ifname, net), v)) in attachments.iter().zip(&vmis).enumerate() {
         if [2, 4].contains(&i) {
             assert!(ns.link(ifname).is_none(), "{ifname}");
             continue;
         }
         assert_up(ifname, v);
-        check(&node, &pod, &cid, &ns, ifname, net, &results[i]).assert_ok();
+        fx.check(ifname, net, &results[i]).assert_ok();
     }
-    assert_eq!(sim.ports().len(), 4);
+    assert_eq!(fx.sim.ports().len(), 4);
     for (ifname, net) in attachments.iter().rev() {
-        del(&node, &pod, &cid, &ns.path(), ifname, net).assert_ok();
+        fx.del(ifname, net).assert_ok();
     }
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
 }
 
 /// ADD of `ifname` that fails after its registration, next to eth0, which is up: nothing of it
 /// is left (interface, state, registration) and eth0 stays registered and passes CHECK.
 #[track_caller]
-fn fails_after_registration(
-    node: &Node,
-    sim: &Sim,
-    pod: &PodSpec,
-    cid: &str,
-    ns: &Netns,
-    conf: &Value,
-    eth0: &Value,
-) -> Output {
-    let out = node.call("ADD", cid, &ns.path(), "net1", &pod.multus_args(cid), conf);
+fn fails_after_registration(fx: &Fixture, conf: &Value, eth0: &Value) -> Output {
+    let out = fx.call("ADD", "net1", conf);
     assert!(!out.ok, "{out:?}");
-    assert_eq!(ns.ifnames(), ["eth0", "lo"]);
-    for v in &pod.vmis[1..] {
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo"]);
+    for v in &fx.pod.vmis[1..] {
         assert!(!host_link_exists(&host_ifname(&v.uuid)));
     }
-    assert_eq!(node.state_files(pod), [pod.vmis[0].uuid.clone()]);
-    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.2).collect();
+    assert_eq!(fx.node.state_files(&fx.pod), [fx.pod.vmis[0].uuid.clone()]);
+    let ports: Vec<String> = fx.sim.ports().into_iter().map(|p| p.2).collect();
     assert_eq!(ports, ["eth0"]);
-    check(node, pod, cid, ns, "eth0", "default", eth0).assert_ok();
+    fx.check("eth0", "default", eth0).assert_ok();
     out
 }
 
 #[test]
 fn an_add_that_fails_after_its_registration_leaves_nothing_and_its_sibling_works() {
     // net-a's first VMI never gets its IP configuration; the second is fine.
-    let pod = PodSpec::new(vec![
+    let mut fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(600_000)),
         VmiSpec::new("net-a", 3),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(3);
-    let ns = Netns::new();
-    let cid = uuid();
-    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "default");
-    let conf = node.netconf("1.0.0", "net-a");
-    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    let eth0 = fx.add("eth0", "default");
+    let conf = fx.conf("net-a");
+    let out = fails_after_registration(&fx, &conf, &eth0);
     assert_eq!(out.code(), 11);
-    assert!(out.msg().contains(&pod.vmis[1].uuid), "{}", out.msg());
+    assert!(out.msg().contains(&fx.pod.vmis[1].uuid), "{}", out.msg());
     // A retry of the same ADD is for the same VMI again (and fails the same way).
-    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
-    assert!(out.msg().contains(&pod.vmis[1].uuid), "{}", out.msg());
+    let out = fails_after_registration(&fx, &conf, &eth0);
+    assert!(out.msg().contains(&fx.pod.vmis[1].uuid), "{}", out.msg());
     // Multus DELs the failed delegate and every earlier one: nothing is left anywhere.
-    del(&node, &pod, &cid, &ns.path(), "net1", "net-a").assert_ok();
-    del(&node, &pod, &cid, &ns.path(), "eth0", "default").assert_ok();
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.del("net1", "net-a").assert_ok();
+    fx.del("eth0", "default").assert_ok();
+    fx.assert_nothing_left();
 }
 
 #[test]
 fn an_add_whose_addresses_fail_after_registration_leaves_nothing() {
     // An MTU below IPv6's minimum shows only once the agent gives the IPv6 configuration,
     // which it does only after the registration.
-    let pod = PodSpec::new(vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).dual_stack(),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let eth0 = add(&node, &pod, &cid, &ns, "eth0", "default");
-    let mut conf = node.netconf("1.0.0", "net-a");
+    let eth0 = fx.add("eth0", "default");
+    let mut conf = fx.conf("net-a");
     conf["contrail"]["mtu"] = json!(1279);
-    let out = fails_after_registration(&node, &sim, &pod, &cid, &ns, &conf, &eth0);
+    let out = fails_after_registration(&fx, &conf, &eth0);
     assert_eq!(out.code(), 7);
     assert!(out.msg().contains("1280"), "{}", out.msg());
     // With the MTU fixed, the retry gets the same VMI and comes up.
-    add(&node, &pod, &cid, &ns, "net1", "net-a");
-    assert_eq!(ns.mac("net1"), pod.vmis[1].mac);
+    fx.add("net1", "net-a");
+    assert_eq!(fx.ns.mac("net1"), fx.pod.vmis[1].mac);
     for (ifname, net) in [("net1", "net-a"), ("eth0", "default")] {
-        del(&node, &pod, &cid, &ns.path(), ifname, net).assert_ok();
+        fx.del(ifname, net).assert_ok();
     }
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    assert!(fx.sim.ports().is_empty());
 }

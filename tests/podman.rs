@@ -42,8 +42,8 @@ const RUN_BOUND: Duration = Duration::from_secs(90);
 
 /// One test's podman: its own directories and configuration, and one container named after the
 /// simulated pod. Dropping it removes the container (so the plugin's DEL runs while the
-/// simulator still lives: declare it after the `Sim`), waits for podman's helper processes, then
-/// removes the directories.
+/// simulator still lives: declare it after the `Fixture`), waits for podman's helper processes,
+/// then removes the directories.
 struct Podman {
     /// The container's name, which podman passes as `K8S_POD_NAME`.
     name: String,
@@ -60,7 +60,8 @@ struct Podman {
 }
 
 impl Podman {
-    fn new(sim: &Sim, node: &Node, pod: &PodSpec) -> Podman {
+    fn new(fx: &Fixture) -> Podman {
+        let node = &fx.node;
         let tmp = TempDir::new();
         let dir = tmp.0.clone();
         for sub in [
@@ -98,7 +99,7 @@ impl Podman {
             }
             let target = if kind == PLUGIN {
                 let contrail = &mut plugin["contrail"];
-                contrail["vrouter-port"] = json!(sim.port);
+                contrail["vrouter-port"] = json!(fx.sim.port);
                 contrail["config-dir"] = json!(node.ports_dir());
                 contrail["log-file"] = json!(log_file(node));
                 plugin_bin()
@@ -172,7 +173,7 @@ impl Podman {
         std::fs::write(dir.join("registries.conf"), "").unwrap();
 
         Podman {
-            name: pod.name.clone(),
+            name: fx.pod.name.clone(),
             network,
             dir,
             sysctls,
@@ -365,12 +366,13 @@ fn log_file(node: &Node) -> PathBuf {
 }
 
 /// A pod with one dual-stack VMI on the cluster network, as kube-manager makes for a pod without
-/// network annotations; the container gets the pod's name, in namespace `default`.
-fn cluster_pod() -> (PodSpec, VmiSpec) {
+/// network annotations; the container gets the pod's name, in namespace `default`. The
+/// fixture's netns and container id go unused: podman makes its own.
+fn cluster_pod() -> (Fixture, VmiSpec) {
     let vmi = VmiSpec::new("default", 7).dual_stack();
-    let pod = PodSpec::new(vec![vmi.clone()]);
-    assert_eq!(pod.namespace, "default", "podman sends no namespace");
-    (pod, vmi)
+    let fx = Fixture::new(vec![vmi.clone()]);
+    assert_eq!(fx.pod.namespace, "default", "podman sends no namespace");
+    (fx, vmi)
 }
 
 fn cni_cache_entry(network: &str, cid: &str) -> PathBuf {
@@ -381,14 +383,13 @@ fn cni_cache_entry(network: &str, cid: &str) -> PathBuf {
 /// agree with the VMI. Returns the host-side interface name.
 fn assert_attached(
     podman: &Podman,
-    sim: &Sim,
-    node: &Node,
-    pod: &PodSpec,
+    fx: &Fixture,
     vmi: &VmiSpec,
     cid: &str,
     sandbox: &str,
 ) -> String {
-    let ports = sim.ports();
+    let (node, pod) = (&fx.node, &fx.pod);
+    let ports = fx.sim.ports();
     assert_eq!(ports.len(), 1, "agent ports: {ports:?}");
     let (uuid, host, vm_ifname) = ports[0].clone();
     assert_eq!(
@@ -417,20 +418,12 @@ fn assert_attached(
 }
 
 /// Once podman has removed the container: DEL happened and nothing is left anywhere.
-fn assert_gone(
-    podman: &Podman,
-    sim: &Sim,
-    node: &Node,
-    pod: &PodSpec,
-    cid: &str,
-    host: &str,
-    sandbox: &str,
-) {
+fn assert_gone(podman: &Podman, fx: &Fixture, cid: &str, host: &str, sandbox: &str) {
     wait_for("the agent port to be deregistered", BOUND, || {
-        sim.ports().is_empty()
+        fx.sim.ports().is_empty()
     });
     wait_for("the pod's state dir to go", BOUND, || {
-        !node.pod_dir_exists(pod)
+        !fx.node.pod_dir_exists(&fx.pod)
     });
     wait_for("the host end to go", BOUND, || !host_link_exists(host));
     wait_for("podman's netns to go", BOUND, || {
@@ -444,7 +437,7 @@ fn assert_gone(
     });
     assert!(podman.containers().is_empty(), "{:?}", podman.containers());
     assert!(podman.mounts().is_empty(), "{:?}", podman.mounts());
-    assert_calls_read_node_file(node);
+    assert_calls_read_node_file(&fx.node);
 }
 
 /// Every plugin call (ADD and DEL, both proven by the agent) read this test's node-wide file,
@@ -484,10 +477,8 @@ fn has_line(lines: &[Vec<&str>], starts: &[&str], what: &str, out: &str) {
 /// Exiting, it is cleaned up and removed by podman itself (not by `podman stop`).
 #[test]
 fn podman_run_shows_the_vmi_in_the_container() {
-    let (pod, vmi) = cluster_pod();
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let mut podman = Podman::new(&sim, &node, &pod);
+    let (fx, vmi) = cluster_pod();
+    let mut podman = Podman::new(&fx);
 
     let sysctl_paths: Vec<&str> = podman.sysctls.iter().map(|(p, _)| p.as_str()).collect();
     let script = format!(
@@ -543,22 +534,20 @@ fn podman_run_shows_the_vmi_in_the_container() {
         .unwrap()
         .to_string();
     podman.sandbox = Some(sandbox.clone());
-    let host = assert_attached(&podman, &sim, &node, &pod, &vmi, &cid, &sandbox);
+    let host = assert_attached(&podman, &fx, &vmi, &cid, &sandbox);
     let ifindex = std::fs::read_to_string(format!("/sys/class/net/{host}/ifindex")).unwrap();
     assert_eq!(section(&out, "iflink"), [[ifindex.trim()]], "{out}");
 
     run.finish();
-    assert_gone(&podman, &sim, &node, &pod, &cid, &host, &sandbox);
+    assert_gone(&podman, &fx, &cid, &host, &sandbox);
 }
 
 /// A detached container: the port is registered while it runs, `podman stop` makes the DEL,
 /// `podman rm` leaves nothing.
 #[test]
 fn podman_registers_the_port_while_the_container_runs() {
-    let (pod, vmi) = cluster_pod();
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let mut podman = Podman::new(&sim, &node, &pod);
+    let (fx, vmi) = cluster_pod();
+    let mut podman = Podman::new(&fx);
 
     let mut args = podman.run_args();
     args.insert(1, "--detach".into());
@@ -599,12 +588,12 @@ fn podman_registers_the_port_while_the_container_runs() {
         "{net}"
     );
 
-    let host = assert_attached(&podman, &sim, &node, &pod, &vmi, &cid, &sandbox);
+    let host = assert_attached(&podman, &fx, &vmi, &cid, &sandbox);
 
     podman.podman(&["stop", &podman.name]);
     // The DEL belongs to stopping, not to removal: checked before `rm`.
     wait_for("the agent port to be deregistered on stop", BOUND, || {
-        sim.ports().is_empty()
+        fx.sim.ports().is_empty()
     });
     wait_for("the host end to go on stop", BOUND, || {
         !host_link_exists(&host)
@@ -612,9 +601,9 @@ fn podman_registers_the_port_while_the_container_runs() {
     wait_for("podman's netns to go on stop", BOUND, || {
         !Path::new(&sandbox).exists()
     });
-    assert!(!node.pod_dir_exists(&pod));
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
     podman.podman(&["rm", &podman.name]);
-    assert_gone(&podman, &sim, &node, &pod, &cid, &host, &sandbox);
+    assert_gone(&podman, &fx, &cid, &host, &sandbox);
 }
 
 /// A foreground `podman run -i`: its output read with a bound, its stdin held until `finish`.

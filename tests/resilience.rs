@@ -8,27 +8,24 @@ use std::process::{Command, Stdio};
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns, ifname: &str, network: &str) -> Value {
+/// A call for `pod`'s sandbox (`cid` in `ns`) on a node that several pods share, as Multus
+/// makes it.
+fn call(
+    node: &Node,
+    command: &str,
+    pod: &PodSpec,
+    cid: &str,
+    ns: &Netns,
+    ifname: &str,
+    conf: &Value,
+) -> Output {
     node.call(
-        "ADD",
+        command,
         cid,
         &ns.path(),
         ifname,
         &pod.multus_args(cid),
-        &node.netconf("1.0.0", network),
-    )
-    .assert_ok()
-    .json()
-}
-
-fn del(node: &Node, pod: &PodSpec, cid: &str, netns: &str, ifname: &str) -> Output {
-    node.call(
-        "DEL",
-        cid,
-        netns,
-        ifname,
-        &pod.multus_args(cid),
-        &node.netconf("1.0.0", "x"),
+        conf,
     )
 }
 
@@ -47,8 +44,10 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
     let (live_ns, gone_ns) = (Netns::new(), Netns::new());
     let (live_cid, gone_cid) = (uuid(), uuid());
     for (pod, ns, cid) in [(&live, &live_ns, &live_cid), (&gone, &gone_ns, &gone_cid)] {
-        add(&node, pod, cid, ns, "eth0", "default");
-        add(&node, pod, cid, ns, "net1", "net-a");
+        for (ifname, network) in [("eth0", "default"), ("net1", "net-a")] {
+            let conf = node.netconf("1.0.0", network);
+            call(&node, "ADD", pod, cid, ns, ifname, &conf).assert_ok();
+        }
     }
     // A state file this plugin did not write (the agent's, for another plugin) is not ours.
     let foreign_dir = node.ports_dir().join("k8s__default__foreign");
@@ -87,30 +86,23 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
 
 #[test]
 fn gc_after_a_node_reboot_cleans_state_whose_netns_is_gone() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let r = add(&node, &pod, &uuid(), &ns, "eth0", "default");
-    drop(ns); // the reboot took the netns and its veth; the state files stayed
-    assert!(node.pod_dir_exists(&pod));
-    gc(&node, json!([]), "cni.dev/valid-attachments").assert_ok();
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(!host_link_exists(
-        r["interfaces"][0]["name"].as_str().unwrap()
-    ));
-    assert!(sim.ports().is_empty());
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let r = fx.add("eth0", "default");
+    fx.remove_netns(); // the reboot took the netns and its veth; the state files stayed
+    assert!(fx.node.pod_dir_exists(&fx.pod));
+    gc(&fx.node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    assert!(!host_link_exists(&host_name(&r)));
+    assert!(fx.sim.ports().is_empty());
 }
 
 #[test]
 fn status_says_whether_the_agent_answers() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let conf = node.netconf("1.1.0", "contrail-k8s-cni");
-    node.call("STATUS", "", "", "", "", &conf).assert_ok();
-    drop(sim);
-    let out = node.call("STATUS", "", "", "", "", &conf);
+    let mut fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let conf = fx.node.netconf("1.1.0", "contrail-k8s-cni");
+    fx.node.call("STATUS", "", "", "", "", &conf).assert_ok();
+    fx.stop_agent();
+    let out = fx.node.call("STATUS", "", "", "", "", &conf);
     assert_eq!(out.code(), 50);
     assert!(out.msg().contains("unreachable"), "{}", out.msg());
 }
@@ -138,7 +130,8 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
                 // Multus: one pod's delegates in sequence, pods in parallel.
                 for (ifname, network) in [("eth0", "default"), ("net1", "net-a"), ("net2", "net-a")]
                 {
-                    add(node, pod, cid, ns, ifname, network);
+                    let conf = node.netconf("1.0.0", network);
+                    call(node, "ADD", pod, cid, ns, ifname, &conf).assert_ok();
                 }
             });
         }
@@ -163,20 +156,12 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
             let node = &node;
             s.spawn(move || {
                 for ifname in ["net2", "net1", "eth0"] {
+                    let mut conf = node.netconf("1.0.0", "x");
                     if i % 2 == 0 {
-                        del(node, pod, cid, &ns.path(), ifname).assert_ok();
+                        call(node, "DEL", pod, cid, ns, ifname, &conf).assert_ok();
                     } else {
-                        let mut conf = node.netconf("1.0.0", "x");
                         conf["prevResult"] = json!({});
-                        node.call(
-                            "CHECK",
-                            cid,
-                            &ns.path(),
-                            ifname,
-                            &pod.multus_args(cid),
-                            &conf,
-                        )
-                        .assert_ok();
+                        call(node, "CHECK", pod, cid, ns, ifname, &conf).assert_ok();
                     }
                 }
             });
@@ -186,8 +171,9 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
         for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids).skip(1).step_by(2) {
             let node = &node;
             s.spawn(move || {
+                let conf = node.netconf("1.0.0", "x");
                 for ifname in ["net2", "net1", "eth0"] {
-                    del(node, pod, cid, &ns.path(), ifname).assert_ok();
+                    call(node, "DEL", pod, cid, ns, ifname, &conf).assert_ok();
                 }
             });
         }
@@ -201,62 +187,43 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
 
 #[test]
 fn del_of_one_attachment_while_another_of_the_pod_is_slowly_added() {
-    let pod = PodSpec::new(vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(800)),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    add(&node, &pod, &cid, &ns, "eth0", "default");
+    fx.add("eth0", "default");
     std::thread::scope(|s| {
-        let slow = s.spawn(|| add(&node, &pod, &cid, &ns, "net1", "net-a"));
+        let slow = s.spawn(|| fx.add("net1", "net-a"));
         // Once net1's claim is recorded, eth0 goes: the pod still has an attachment, so the
         // agent must not be told to drop the pod.
         wait_for("net1's claim", std::time::Duration::from_secs(10), || {
-            node.state_files(&pod).len() == 2
+            fx.node.state_files(&fx.pod).len() == 2
         });
-        del(&node, &pod, &cid, &ns.path(), "eth0").assert_ok();
+        fx.del("eth0", "x").assert_ok();
         slow.join().unwrap();
     });
-    assert_eq!(ns.ifnames(), ["lo", "net1"]);
-    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.2).collect();
+    assert_eq!(fx.ns.ifnames(), ["lo", "net1"]);
+    let ports: Vec<String> = fx.sim.ports().into_iter().map(|p| p.2).collect();
     assert!(ports.contains(&"net1".to_string()), "{ports:?}");
-    del(&node, &pod, &cid, &ns.path(), "net1").assert_ok();
-    assert!(!node.pod_dir_exists(&pod));
+    fx.del("net1", "x").assert_ok();
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
 fn del_of_the_same_attachment_during_its_slow_add_leaves_nothing() {
     // A runtime that gave up waiting sends DEL while the ADD still waits for the agent.
-    let pod = PodSpec::new(vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1).with("ip-delay-ms", json!(800)),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
     std::thread::scope(|s| {
-        let slow = s.spawn(|| {
-            node.call(
-                "ADD",
-                &cid,
-                &ns.path(),
-                "eth0",
-                &pod.multus_args(&cid),
-                &node.netconf("1.0.0", ""),
-            )
-        });
+        let slow = s.spawn(|| fx.call("ADD", "eth0", &fx.conf("")));
         wait_for("the claim", std::time::Duration::from_secs(10), || {
-            node.state_files(&pod).len() == 1
+            fx.node.state_files(&fx.pod).len() == 1
         });
-        del(&node, &pod, &cid, &ns.path(), "eth0").assert_ok();
+        fx.del("eth0", "x").assert_ok();
         assert_eq!(slow.join().unwrap().code(), 102);
     });
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    fx.assert_nothing_left();
 }
 
 #[test]
@@ -266,9 +233,8 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
+    let fx = Fixture::new(vmis.clone());
+    let (pod, node) = (&fx.pod, &fx.node);
     let dir = node.ports_dir().join(pod.vm_name());
     std::fs::create_dir_all(&dir).unwrap();
     // A torn file on net-a's first VMI, and one from a future version on the cluster VMI.
@@ -276,13 +242,11 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
     let future = json!({"vm-id": "x", "vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "host-ifname": "tapx",
         "vm-ifname": "eth0", "vn-uuid": uuid(), "vmi-uuid": vmis[0].uuid, "contrail-k8s-cni-state": "99"});
     std::fs::write(dir.join(&vmis[0].uuid), future.to_string()).unwrap();
-    let ns = Netns::new();
-    let cid = uuid();
     // net1 cannot know who holds the torn VMI: it takes the next one.
-    add(&node, &pod, &cid, &ns, "net1", "net-a");
-    assert_eq!(ns.mac("net1"), vmis[2].mac);
-    del(&node, &pod, &cid, &ns.path(), "net1").assert_ok();
-    gc(&node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    fx.add("net1", "net-a");
+    assert_eq!(fx.ns.mac("net1"), vmis[2].mac);
+    fx.del("net1", "x").assert_ok();
+    gc(node, json!([]), "cni.dev/valid-attachments").assert_ok();
     assert!(
         dir.join(&vmis[1].uuid).exists() && dir.join(&vmis[0].uuid).exists(),
         "not ours to delete"
@@ -296,22 +260,19 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
 
 #[test]
 fn hostile_environment_and_stdin() {
-    let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let (ns, cid) = (&fx.ns, &fx.cid);
     // 2 MiB of stdin.
-    let mut big = node.netconf("1.0.0", "").to_string().into_bytes();
+    let mut big = fx.conf("").to_string().into_bytes();
     big.truncate(big.len() - 1);
     big.extend(format!(",\"pad\":\"{}\"}}", "x".repeat(2 << 20)).as_bytes());
     let out = run_plugin(
         &[
             ("CNI_COMMAND", "ADD"),
-            ("CNI_CONTAINERID", &cid),
+            ("CNI_CONTAINERID", cid),
             ("CNI_NETNS", &ns.path()),
             ("CNI_IFNAME", "eth0"),
-            ("CNI_ARGS", &pod.multus_args(&cid)),
+            ("CNI_ARGS", &fx.args()),
         ],
         &big,
     );
@@ -322,7 +283,7 @@ fn hostile_environment_and_stdin() {
         let mut cmd = Command::new(plugin_bin());
         cmd.env_clear()
             .env("CNI_COMMAND", "ADD")
-            .env("CNI_CONTAINERID", &cid)
+            .env("CNI_CONTAINERID", cid)
             .env("CNI_NETNS", ns.path())
             .env("CNI_IFNAME", "eth0")
             .env(var, std::ffi::OsStr::from_bytes(b"eth\xff0"))
@@ -336,22 +297,17 @@ fn hostile_environment_and_stdin() {
     for (args, netns) in [
         ("K8S_POD_NAMESPACE=..;K8S_POD_NAME=x".to_string(), ns.path()),
         (format!("K8S_POD_NAME={}", "a".repeat(300)), ns.path()),
-        (pod.multus_args(&cid), "/etc/hostname".to_string()),
-        (pod.multus_args(&cid), "/run/netns/../../etc".to_string()),
+        (fx.args(), "/etc/hostname".to_string()),
+        (fx.args(), "/run/netns/../../etc".to_string()),
     ] {
-        let out = node.call(
-            "ADD",
-            &cid,
-            &netns,
-            "eth0",
-            &args,
-            &node.netconf("1.0.0", ""),
-        );
+        let out = fx
+            .node
+            .call("ADD", cid, &netns, "eth0", &args, &fx.conf(""));
         assert_eq!(out.code(), 4, "{args} {netns}: {}", out.stdout);
     }
     assert_eq!(ns.ifnames(), ["lo"]);
     assert!(
-        !node.ports_dir().exists(),
+        !fx.node.ports_dir().exists(),
         "nothing may be written before input is validated"
     );
 }

@@ -16,43 +16,38 @@ fn thick_conf(node: &Node) -> Value {
     conf
 }
 
-fn call(node: &Node, cmd: &str, pod: &PodSpec, cid: &str, netns: &str) -> Output {
-    node.call(
+/// One call in the pod's sandbox, with the pod's identity as a runtime passes it.
+fn call(fx: &Fixture, cmd: &str) -> Output {
+    let pod = &fx.pod;
+    fx.node.call(
         cmd,
-        cid,
-        netns,
+        &fx.cid,
+        &fx.ns.path(),
         "eth0",
         &format!(
             "K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
             pod.namespace, pod.name
         ),
-        &thick_conf(node),
+        &thick_conf(&fx.node),
     )
 }
 
-/// A pod of `n` VMIs: index 0 on the cluster network, the rest on net-a.
-fn pod_of(n: u8) -> PodSpec {
-    PodSpec::new(
-        (0..n)
-            .map(|i| VmiSpec::new(if i == 0 { "default" } else { "net-a" }, i + 1))
-            .collect(),
-    )
+/// `n` VMIs: index 0 on the cluster network, the rest on net-a.
+fn vmis_of(n: u8) -> Vec<VmiSpec> {
+    (0..n)
+        .map(|i| VmiSpec::new(if i == 0 { "default" } else { "net-a" }, i + 1))
+        .collect()
 }
 
 fn thick_pod_comes_up_and_goes_away(n: u8) {
-    let pod = pod_of(n);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let r = call(&node, "ADD", &pod, &cid, &ns.path())
-        .assert_ok()
-        .json();
+    let fx = Fixture::new(vmis_of(n));
+    let ns = &fx.ns;
+    let r = call(&fx, "ADD").assert_ok().json();
     // The runtime knows only the first interface: the result describes eth0 alone.
     assert_eq!(r["interfaces"].as_array().unwrap().len(), 2);
     assert_eq!(r["interfaces"][1]["name"], "eth0");
     assert_eq!(r["ips"].as_array().unwrap().len(), 1);
-    for (i, v) in pod.vmis.iter().enumerate() {
+    for (i, v) in fx.pod.vmis.iter().enumerate() {
         let ifname = format!("eth{i}");
         assert_eq!(
             (ns.mac(&ifname), ns.addrs(&ifname)),
@@ -65,13 +60,11 @@ fn thick_pod_comes_up_and_goes_away(n: u8) {
         ns.default_routes(),
         [("-4".to_string(), "10.1.0.1".to_string(), "eth0".to_string())]
     );
-    assert_eq!(sim.ports().len(), n as usize);
-    call(&node, "CHECK", &pod, &cid, &ns.path()).assert_ok();
-    call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
-    call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
+    assert_eq!(fx.sim.ports().len(), n as usize);
+    call(&fx, "CHECK").assert_ok();
+    call(&fx, "DEL").assert_ok();
+    fx.assert_nothing_left();
+    call(&fx, "DEL").assert_ok();
 }
 
 #[test]
@@ -98,12 +91,9 @@ fn dual_stack_default_gw_on_a_later_vmi_and_an_interface_annotation() {
             .with("default-gw", json!(true)),
         VmiSpec::new("net-b", 3).with("interface", json!("data0")),
     ];
-    let pod = PodSpec::new(vmis.clone());
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    call(&node, "ADD", &pod, &cid, &ns.path()).assert_ok();
+    let fx = Fixture::new(vmis.clone());
+    let ns = &fx.ns;
+    call(&fx, "ADD").assert_ok();
     assert_eq!(ns.ifnames(), ["data0", "eth0", "eth1", "lo"]);
     assert_eq!(
         ns.addrs("eth0"),
@@ -123,87 +113,72 @@ fn dual_stack_default_gw_on_a_later_vmi_and_an_interface_annotation() {
             ("-6".into(), "fd00:2::1".into(), "eth1".into())
         ]
     );
-    call(&node, "CHECK", &pod, &cid, &ns.path()).assert_ok();
-    call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
+    call(&fx, "CHECK").assert_ok();
+    call(&fx, "DEL").assert_ok();
     assert_eq!(ns.ifnames(), ["lo"]);
 }
 
 #[test]
 fn clashing_names_fail_before_anything_is_created() {
-    let pod = PodSpec::new(vec![
+    let fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-b", 3).with("interface", json!("eth1")),
     ]);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let out = call(&node, "ADD", &pod, &uuid(), &ns.path());
+    let out = call(&fx, "ADD");
     assert_eq!(out.code(), 102);
     assert!(out.msg().contains("both be eth1"), "{}", out.msg());
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
+    assert_eq!(fx.ns.ifnames(), ["lo"]);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
 #[test]
 fn failure_on_the_last_interface_rolls_everything_back() {
-    let mut pod = pod_of(4);
-    pod.vmis[3] = pod.vmis[3].clone().with("ip-delay-ms", json!(600_000));
-    let sim = Sim::start(&[&pod], &[]);
-    let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.1);
-    node.contrail["poll-retries"] = json!(3);
-    let ns = Netns::new();
-    let cid = uuid();
-    let out = call(&node, "ADD", &pod, &cid, &ns.path());
+    let mut vmis = vmis_of(4);
+    vmis[3] = vmis[3].clone().with("ip-delay-ms", json!(600_000));
+    let mut fx = Fixture::new(vmis);
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    let out = call(&fx, "ADD");
     assert_eq!(out.code(), 11);
-    assert!(out.msg().contains(&pod.vmis[3].uuid), "{}", out.msg());
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!node.pod_dir_exists(&pod));
+    assert!(out.msg().contains(&fx.pod.vmis[3].uuid), "{}", out.msg());
+    assert_eq!(fx.ns.ifnames(), ["lo"]);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
     assert!(
-        sim.ports().is_empty(),
+        fx.sim.ports().is_empty(),
         "ports of the first three were deregistered"
     );
-    call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
+    call(&fx, "DEL").assert_ok();
 }
 
 #[test]
 fn del_after_the_netns_is_gone() {
-    let pod = pod_of(3);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
-    let r = call(&node, "ADD", &pod, &cid, &ns.path())
-        .assert_ok()
-        .json();
-    let host = r["interfaces"][0]["name"].as_str().unwrap().to_string();
-    let path = ns.path();
-    drop(ns);
+    let fx = Fixture::new(vmis_of(3));
+    let r = call(&fx, "ADD").assert_ok().json();
+    let host = host_name(&r);
+    fx.remove_netns();
     // Without CNI_ARGS either: found by container id.
-    node.call("DEL", &cid, &path, "eth0", "", &thick_conf(&node))
+    let conf = thick_conf(&fx.node);
+    fx.node
+        .call("DEL", &fx.cid, &fx.ns.path(), "eth0", "", &conf)
         .assert_ok();
     assert!(!host_link_exists(&host));
-    assert!(!node.pod_dir_exists(&pod));
-    assert!(sim.ports().is_empty());
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    assert!(fx.sim.ports().is_empty());
 }
 
 #[test]
 fn del_then_add_gives_every_interface_its_vmi_back() {
-    let pod = pod_of(3);
-    let sim = Sim::start(&[&pod], &[]);
-    let node = Node::new(&sim);
-    let ns = Netns::new();
-    let cid = uuid();
+    let fx = Fixture::new(vmis_of(3));
     for _ in 0..2 {
-        call(&node, "ADD", &pod, &cid, &ns.path()).assert_ok();
-        for (i, v) in pod.vmis.iter().enumerate() {
-            assert_eq!(ns.mac(&format!("eth{i}")), v.mac);
+        call(&fx, "ADD").assert_ok();
+        for (i, v) in fx.pod.vmis.iter().enumerate() {
+            assert_eq!(fx.ns.mac(&format!("eth{i}")), v.mac);
         }
-        assert_eq!(sim.ports().len(), 3);
-        call(&node, "DEL", &pod, &cid, &ns.path()).assert_ok();
-        assert_eq!(ns.ifnames(), ["lo"]);
-        assert!(sim.ports().is_empty());
+        assert_eq!(fx.sim.ports().len(), 3);
+        call(&fx, "DEL").assert_ok();
+        assert_eq!(fx.ns.ifnames(), ["lo"]);
+        assert!(fx.sim.ports().is_empty());
     }
-    assert!(!node.pod_dir_exists(&pod));
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
 }

@@ -2,6 +2,9 @@
 //! and stdin), in network namespaces the test creates and always removes, against the agent
 //! simulator.
 
+// `new()` makes a namespace, a directory or a process: an effect, not a default value.
+#![allow(clippy::new_without_default)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -52,14 +55,24 @@ pub fn tag() -> String {
     uuid()[..8].to_string()
 }
 
+/// Runs a command: its stdout, or what went wrong.
+pub fn try_sh(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| format!("{cmd} {args:?}: {e}"))
+}
+
+/// Runs a command that must succeed: its stdout.
 pub fn sh(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    try_sh(cmd, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A network namespace, deleted on drop.
@@ -155,9 +168,12 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        // A test may have removed it already (a node reboot, a runtime that went first).
+        if Path::new(&self.path()).exists() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .status();
+        }
     }
 }
 
@@ -300,29 +316,40 @@ impl PodSpec {
 pub struct Sim {
     child: Child,
     pub port: u16,
+    bin: PathBuf,
     _dir: TempDir,
 }
 
 impl Sim {
     pub fn start(pods: &[&PodSpec], args: &[&str]) -> Sim {
+        Sim::start_with(&sim_bin(), pods, args)
+    }
+
+    /// [`Sim::start`] with the simulator binary at `bin`.
+    pub fn start_with(bin: &Path, pods: &[&PodSpec], args: &[&str]) -> Sim {
         let dir = TempDir::new();
         let body = json!({"pods": pods.iter().map(|p| p.to_json()).collect::<Vec<_>>()});
         std::fs::write(dir.0.join("pods.json"), body.to_string()).unwrap();
-        Sim::spawn(dir, args)
+        Sim::spawn(bin, dir, args)
+    }
+
+    /// The agent dies: nothing listens on its port any more (until [`Sim::restart`]).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The agent restarts (on another port) with the same pods and new switches; what it had
     /// registered is gone, as when a real agent restarts without its port files.
-    pub fn restart(mut self, args: &[&str]) -> Sim {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn restart(&mut self, args: &[&str]) {
+        self.stop();
         let dir = std::mem::replace(&mut self._dir, TempDir(PathBuf::new()));
-        Sim::spawn(dir, args)
+        *self = Sim::spawn(&self.bin, dir, args);
     }
 
-    fn spawn(dir: TempDir, args: &[&str]) -> Sim {
+    fn spawn(bin: &Path, dir: TempDir, args: &[&str]) -> Sim {
         let file = dir.0.join("pods.json");
-        let mut child = Command::new(sim_bin())
+        let mut child = Command::new(bin)
             .args(["--pods", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
@@ -342,11 +369,13 @@ impl Sim {
         Sim {
             child,
             port,
+            bin: bin.to_path_buf(),
             _dir: dir,
         }
     }
 
-    fn get(&self, path: &str) -> Value {
+    /// One GET; the answer's JSON body.
+    pub fn get(&self, path: &str) -> Value {
         let url = format!("http://127.0.0.1:{}{path}", self.port);
         let body = ureq::get(&url)
             .call()
@@ -390,8 +419,7 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 
@@ -649,6 +677,24 @@ impl Multus<'_> {
 /// A host link the test created (a bridge a plugin made, a macvlan master), deleted on drop.
 pub struct HostLink(pub String);
 
+impl HostLink {
+    /// A veth in the host netns, up, to be a macvlan master (the kernel here has no dummy
+    /// links); its peer goes with it.
+    pub fn macvlan_master() -> HostLink {
+        let t = tag();
+        let master = HostLink(format!("ck8sm{t}"));
+        let peer = format!("ck8sp{t}");
+        sh(
+            "ip",
+            &[
+                "link", "add", &master.0, "type", "veth", "peer", "name", &peer,
+            ],
+        );
+        sh("ip", &["link", "set", &master.0, "up"]);
+        master
+    }
+}
+
 impl Drop for HostLink {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["link", "del", &self.0]).status();
@@ -689,7 +735,12 @@ impl Fixture {
 
     /// With simulator switches (faults, `--state-dir`, ...).
     pub fn with_sim(vmis: Vec<VmiSpec>, sim_args: &[&str]) -> Fixture {
-        let pod = PodSpec::new(vmis);
+        Fixture::with_pod(PodSpec::new(vmis), sim_args)
+    }
+
+    /// For a pod made beforehand: its namespace or name from a manifest, or its name and uuid
+    /// already in crafted agent answers.
+    pub fn with_pod(pod: PodSpec, sim_args: &[&str]) -> Fixture {
         let sim = Sim::start(&[&pod], sim_args);
         let node = Node::new(&sim);
         Fixture {
@@ -718,14 +769,49 @@ impl Fixture {
 
     /// A call with this config, in the pod's netns.
     pub fn call(&self, command: &str, ifname: &str, conf: &Value) -> Output {
-        self.node.call(
-            command,
-            &self.cid,
-            &self.ns.path(),
-            ifname,
-            &self.args(),
-            conf,
-        )
+        self.call_in(&self.cid, &self.ns.path(), command, ifname, conf)
+    }
+
+    /// A call for another sandbox of the pod: its container id and netns path.
+    pub fn call_in(
+        &self,
+        cid: &str,
+        netns: &str,
+        command: &str,
+        ifname: &str,
+        conf: &Value,
+    ) -> Output {
+        let args = self.pod.multus_args(cid);
+        self.node.call(command, cid, netns, ifname, &args, conf)
+    }
+
+    /// Multus, calling delegates in the pod's sandbox with its CNI_ARGS.
+    pub fn multus(&self) -> Multus<'_> {
+        Multus {
+            node: &self.node,
+            container_id: self.cid.clone(),
+            netns: self.ns.path(),
+            args: self.args(),
+        }
+    }
+
+    /// The pod's netns goes away (a node reboot, a runtime that removed it first); later calls
+    /// still name its path.
+    pub fn remove_netns(&self) {
+        sh("ip", &["netns", "del", &self.ns.name]);
+    }
+
+    /// The agent dies: nothing listens on its port any more (until [`Fixture::restart_agent`]).
+    pub fn stop_agent(&mut self) {
+        self.sim.stop();
+    }
+
+    /// The agent restarts on another port with new switches, as [`Sim::restart`], and the node
+    /// is pointed at it.
+    pub fn restart_agent(&mut self, sim_args: &[&str]) {
+        self.sim.restart(sim_args);
+        self.node.port = self.sim.port;
+        self.node.contrail["vrouter-port"] = json!(self.sim.port);
     }
 
     /// ADD, which must succeed: its result.
