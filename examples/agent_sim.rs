@@ -12,7 +12,8 @@
 //!
 //! The fault switches make requests whose method is METHOD and whose path starts with
 //! PATH_PREFIX misbehave, the first matching switch winning: `--fail` answers STATUS with an
-//! agent-style error body (`{"error":"..."}`); `--hang` reads the request and never answers, holding the
+//! agent-style error body (`{"error":"..."}`); `--flaky` answers 500 to the first N matching
+//! requests only, as a briefly busy agent would; `--hang` reads the request and never answers, holding the
 //! connection until the client gives up; `--garbage` answers 200 with malformed JSON;
 //! `--truncate` answers 200 with half of the real answer's body under its full Content-Length,
 //! then closes (the request still takes effect, as when an answer is cut off on the way);
@@ -28,6 +29,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, TcpListener, TcpStream};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use std::{process, thread};
@@ -428,6 +430,8 @@ fn not_found() -> (u16, String) {
 #[derive(Clone)]
 enum Fault {
     Fail(u16),
+    /// Answers 500 to the first N matching requests, then lets them through.
+    Flaky(Arc<AtomicUsize>),
     Hang,
     Garbage,
     Truncate,
@@ -500,12 +504,19 @@ impl Sim {
         st.first_seen[i].get_or_insert_with(Instant::now).elapsed()
     }
 
-    /// The fault switch, if any, that applies to a request.
+    /// The fault switch, if any, that applies to a request; a --flaky switch applies only
+    /// while it has failures left, and spends one.
     fn fault(&self, method: &str, path: &str) -> Option<&Fault> {
-        let rule = self
-            .rules
-            .iter()
-            .find(|r| r.method == method && path.starts_with(&r.prefix));
+        let rule = self.rules.iter().find(|r| {
+            let matches = r.method == method && path.starts_with(&r.prefix);
+            matches
+                && match &r.fault {
+                    Fault::Flaky(left) => left
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok(),
+                    _ => true,
+                }
+        });
         rule.map(|r| &r.fault)
     }
 
@@ -817,6 +828,10 @@ fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) -> boo
             eprintln!("{method} {path} {status} (--fail)");
             respond(stream, *status, &error_body(status_message(*status)));
         }
+        Fault::Flaky(_) => {
+            eprintln!("{method} {path} 500 (--flaky)");
+            respond(stream, 500, &error_body(status_message(500)));
+        }
         Fault::Hang => {
             eprintln!("{method} {path} hanging (--hang)");
             // No answer, but no close either: only the client's own timeout gets it out.
@@ -868,6 +883,9 @@ struct Args {
     /// Answer STATUS with an agent-style error body.
     #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS", value_parser = rule_of("--fail"))]
     fail: Vec<Rule>,
+    /// Answer 500 to the first N matching requests only, as a briefly busy agent would.
+    #[arg(long, value_name = "METHOD:PATH_PREFIX:N", value_parser = rule_of("--flaky"))]
+    flaky: Vec<Rule>,
     /// Never answer, holding the connection until the client gives up.
     #[arg(long, value_name = "METHOD:PATH_PREFIX", value_parser = rule_of("--hang"))]
     hang: Vec<Rule>,
@@ -893,6 +911,7 @@ fn parse_args() -> (Args, Vec<Rule>) {
     let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let switches = [
         ("fail", &args.fail),
+        ("flaky", &args.flaky),
         ("hang", &args.hang),
         ("garbage", &args.garbage),
         ("truncate", &args.truncate),
@@ -909,7 +928,8 @@ fn parse_args() -> (Args, Vec<Rule>) {
     (args, rules.into_iter().map(|(_, r)| r).collect())
 }
 
-/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail and `:STATUS:FILE` for --respond. The
+/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail, `:N` for --flaky and `:STATUS:FILE` for
+/// --respond. The
 /// prefix may itself contain colons: for --respond, it ends at the first `:NNN:`.
 fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
     let (method, rest) = s.split_once(':')?;
@@ -918,6 +938,13 @@ fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
         "--fail" => {
             let (prefix, code) = rest.rsplit_once(':')?;
             (prefix, Fault::Fail(status(code, 400)?))
+        }
+        "--flaky" => {
+            let (prefix, n) = rest.rsplit_once(':')?;
+            (
+                prefix,
+                Fault::Flaky(Arc::new(AtomicUsize::new(n.parse().ok()?))),
+            )
         }
         "--respond" => {
             let (prefix, code, file) = rest.match_indices(':').find_map(|(i, _)| {

@@ -200,12 +200,11 @@ impl Agent {
         self.poll(
             &format!("the agent to know every interface of pod {vm_name}"),
             |agent, timeout| {
-                let Some(body) = agent.request("GET", &path, None, timeout)? else {
+                let Some(vmis) = agent.pod_config(vm_name, timeout)? else {
                     return Ok(Poll::NotYet(format!(
                         "GET {path}: 404, the agent does not know the pod yet"
                     )));
                 };
-                let vmis = vmi::parse_cfg(&body).map_err(|e| agent.refused("GET", &path, e))?;
                 if vmi::complete(&vmis) {
                     return Ok(Poll::Ready(vmis));
                 }
@@ -216,6 +215,14 @@ impl Agent {
                 )))
             },
         )
+    }
+
+    /// `GET /vm-cfg/<vm-name>` once: the VMIs the agent knows for the pod, `None` for none.
+    pub fn pod_config(&self, vm_name: &str, timeout: Duration) -> Result<Option<Vec<Vmi>>> {
+        let path = format!("/vm-cfg/{vm_name}");
+        self.request("GET", &path, None, timeout)?
+            .map(|body| vmi::parse_cfg(&body).map_err(|e| self.refused("GET", &path, e)))
+            .transpose()
     }
 
     /// `GET /vm/<vm-uuid>/<vmi-uuid>` once: `Ok(None)` while the agent has no IP config (the

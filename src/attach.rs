@@ -16,13 +16,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ipnetwork::IpNetwork;
 use serde_json::Value;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Poll};
 use crate::cni::{self, Env, Interface, Outcome};
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
 use crate::netlink::{Netns, Route, Socket, VethEnd};
 use crate::pod::Pod;
-use crate::state::{self, PodDir, Record, STATE_VERSION};
+use crate::state::{self, Lock, PodDir, Record, STATE_VERSION, StateDir};
 use crate::vmi::{self, Attachment, IpConfig, Mac, Vmi, Wanted};
 
 /// One CNI call's inputs, and what it acted on.
@@ -38,48 +38,71 @@ impl Call<'_> {
     /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
     /// plugin mode, every one in thick mode.
     fn ifname(&self) -> Option<&str> {
-        match self.conf.contrail.mode {
-            Mode::Plugin => Some(&self.env.ifname),
-            #[cfg(feature = "thick")]
-            Mode::Thick => None,
-        }
+        scope(self.conf, &self.env.ifname)
+    }
+
+    /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
+    fn lock(&self, state: &StateDir, vm_name: &str) -> Result<Lock> {
+        let ifname = self.ifname().unwrap_or("");
+        state
+            .lock_attachment(vm_name, &self.env.container_id, ifname)
+            .map_err(Error::io("locking the attachment in", state.path()))
     }
 
     fn covers(&self, r: &Record) -> bool {
         r.container_id == self.env.container_id && self.ifname().is_none_or(|i| r.ifname == i)
     }
 
-    /// The pod directory holding this call's attachments: from CNI_ARGS, else by scanning (a
-    /// DEL from a caller that sends no pod name). `None` when there is nothing to act on.
-    fn locate(&self) -> Result<Option<String>> {
+    /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
+    /// else the one holding them (a DEL from a caller that sends no pod name). `None` when
+    /// there is nothing to act on.
+    fn locate(&self) -> Result<Option<(StateDir, String)>> {
         let dir = &self.conf.contrail.config_dir;
+        let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
+            return Ok(None);
+        };
         let vm_name = match self.pod {
             Some(p) => p.vm_name(&self.conf.contrail.cluster_name),
-            None => match state::find_pod(dir, &self.env.container_id, self.ifname())
+            None => match state
+                .find_pod(&self.env.container_id, self.ifname())
                 .map_err(Error::io("searching", dir))?
             {
                 Some(name) => name,
                 None => return Ok(None),
             },
         };
-        Ok(dir.join(&vm_name).is_dir().then_some(vm_name))
+        Ok(Some((state, vm_name)))
     }
 
     /// This call's records in the (locked) pod; older sandboxes' are left alone.
     fn records(&mut self, pod: &PodDir) -> Result<Vec<Record>> {
         let (records, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
         let ours: Vec<Record> = records.into_iter().filter(|r| self.covers(r)).collect();
-        self.vmis.extend(ours.iter().map(|r| r.vmi_uuid.clone()));
+        for r in &ours {
+            if !self.vmis.contains(&r.vmi_uuid) {
+                self.vmis.push(r.vmi_uuid.clone());
+            }
+        }
         Ok(ours)
     }
 }
 
-/// Takes the pod's state lock (see [`PodDir::lock`]) and first finishes a resync that an
-/// earlier call left pending (it was killed, or the agent did not answer it).
-pub fn open_pod(agent: &Agent, conf: &NetConf, vm_name: &str) -> Result<PodDir> {
-    let dir = &conf.contrail.config_dir;
-    let pod = PodDir::lock(dir, vm_name)
-        .map_err(Error::io("locking pod state in", &dir.join(vm_name)))?;
+/// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
+pub fn scope<'a>(conf: &NetConf, ifname: &'a str) -> Option<&'a str> {
+    match conf.contrail.mode {
+        Mode::Plugin => Some(ifname),
+        #[cfg(feature = "thick")]
+        Mode::Thick => None,
+    }
+}
+
+/// Takes the pod's state lock (see [`StateDir::lock_pod`]) and first finishes a resync that
+/// an earlier call left pending (it was killed, or the agent did not answer it).
+pub fn open_pod(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<PodDir> {
+    let pod = state.lock_pod(vm_name).map_err(Error::io(
+        "locking pod state in",
+        &state.path().join(vm_name),
+    ))?;
     match pod.resync_pending() {
         Ok(Some(vm_uuid)) => {
             log::info!("pod {vm_name}: finishing an interrupted deregistration");
@@ -139,46 +162,45 @@ struct Add<'a> {
     netns: Netns,
     host: Socket,
     ctr: Socket,
+    state: StateDir,
     vm_name: String,
 }
 
-/// One effect of an ADD that a failure undoes.
-enum Step {
-    /// A veth this call created, by its host name.
-    DeleteLink(String),
+/// What one ADD created, which a failure undoes.
+#[derive(Default)]
+struct Undo {
     /// Claims this call recorded, with the registrations that may have followed.
-    Release(Vec<Record>),
+    claims: Vec<Record>,
+    /// The records whose veths this call created.
+    links: Vec<Record>,
 }
 
-/// The undo stack of one ADD.
-#[derive(Default)]
-struct Undo(Vec<Step>);
-
 impl Undo {
-    /// Runs the steps in reverse, keeping going after a failure, and returns `error` with
-    /// every failure of the rollback. Consecutive link deletions go in one request.
+    /// Deletes the veths and releases the claims, keeping going after a failure, and returns
+    /// `error` with every failure of the rollback. What another attachment took over meanwhile
+    /// (a newer sandbox's ADD of the same VMI) is no longer this call's to undo.
     fn run(self, add: &mut Add, error: Error) -> Error {
         let mut also = Vec::new();
-        let mut links: Vec<String> = Vec::new();
-        let mut steps = self.0.into_iter().rev().peekable();
-        while let Some(step) = steps.next() {
-            match step {
-                Step::DeleteLink(name) => links.push(name),
-                Step::Release(gone) => {
-                    let done = open_pod(&add.agent, add.conf, &add.vm_name).and_then(|pod| {
-                        release(&add.agent, &pod, &gone)?;
-                        close(pod)
-                    });
-                    also.extend(done.err());
-                }
-            }
-            if !links.is_empty() && !matches!(steps.peek(), Some(Step::DeleteLink(_))) {
-                let names: Vec<&str> = links.iter().map(String::as_str).collect();
-                let failed = add.host.delete_links(&names);
-                also.extend(failed.into_iter().map(|(_, e)| Error::from(e)));
-                links.clear();
-            }
-        }
+        let done = open_pod(&add.agent, &add.state, &add.vm_name).and_then(|mut pod| {
+            let (held, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
+            let ours = |r: &&Record| {
+                !held
+                    .iter()
+                    .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
+            };
+            let links: Vec<&str> = self
+                .links
+                .iter()
+                .filter(ours)
+                .map(|r| r.host_ifname.as_str())
+                .collect();
+            let failed = add.host.delete_links(&links);
+            also.extend(failed.into_iter().map(|(_, e)| Error::from(e)));
+            let claims: Vec<Record> = self.claims.iter().filter(ours).cloned().collect();
+            release(&add.agent, &mut pod, &claims)?;
+            close(pod)
+        });
+        also.extend(done.err());
         for e in &also {
             log::warn!("rollback: {e}");
         }
@@ -205,6 +227,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     })?;
     warn_about_requests(conf, env);
     let netns = open_netns(&env.netns)?;
+    let dir = &conf.contrail.config_dir;
     let mut add = Add {
         env,
         conf,
@@ -212,34 +235,48 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         host: Socket::host()?,
         ctr: Socket::open(&netns)?,
         netns,
+        state: StateDir::open(dir).map_err(Error::io("opening", dir))?,
         vm_name: pod.vm_name(&conf.contrail.cluster_name),
     };
-    let vmis = add.agent.wait_for_pod(&add.vm_name)?;
-    let mut undo = Undo::default();
-    match add.steps(&vmis, &mut undo, &mut call.vmis) {
-        Ok(outcome) => Ok(outcome),
-        Err(e) => {
-            log::warn!("ADD failed, rolling back: {e}");
-            Err(undo.run(&mut add, e))
-        }
+    let lock = call.lock(&add.state, &add.vm_name)?;
+    if let Err(e) = lock.clear_stop() {
+        log::warn!("clearing a stale request to stop: {e}");
     }
+    let result = add.agent.wait_for_pod(&add.vm_name).and_then(|vmis| {
+        let mut undo = Undo::default();
+        add.steps(&vmis, &lock, &mut undo, &mut call.vmis)
+            .map_err(|e| {
+                log::warn!("ADD failed, rolling back: {e}");
+                undo.run(&mut add, e)
+            })
+    });
+    if let Err(e) = lock.remove() {
+        log::warn!("removing the attachment's lock: {e}");
+    }
+    result
 }
 
 impl Add<'_> {
-    fn steps(&mut self, vmis: &[Vmi], undo: &mut Undo, noted: &mut Vec<String>) -> Result<Outcome> {
+    fn steps(
+        &mut self,
+        vmis: &[Vmi],
+        lock: &Lock,
+        undo: &mut Undo,
+        noted: &mut Vec<String>,
+    ) -> Result<Outcome> {
         let records = self.claim(vmis, undo)?;
         noted.extend(records.iter().map(|r| r.vmi_uuid.clone()));
         crate::crash::point("claimed");
         for r in &records {
             create_veth(&mut self.host, self.conf.contrail.mtu, r, &self.netns)?;
-            undo.0.push(Step::DeleteLink(r.host_ifname.clone()));
+            undo.links.push(r.clone());
         }
         crate::crash::point("veth");
         for r in &records {
             self.agent.register(&port(r)?)?;
         }
         crate::crash::point("registered");
-        let ips = self.wait_for_ips(&records)?;
+        let ips = self.wait_for_ips(&records, lock)?;
         crate::crash::point("ip");
         let mut outcomes = Vec::with_capacity(records.len());
         for (r, ip) in records.iter().zip(&ips) {
@@ -260,10 +297,10 @@ impl Add<'_> {
     /// claim this sandbox holds already is an interrupted ADD's, whose interface is replaced
     /// and whose claim stays if this one fails; a new one needs its name free in the pod.
     fn claim(&mut self, vmis: &[Vmi], undo: &mut Undo) -> Result<Vec<Record>> {
-        let pod = open_pod(&self.agent, self.conf, &self.vm_name)?;
-        match self.record_claims(&pod, vmis) {
+        let mut pod = open_pod(&self.agent, &self.state, &self.vm_name)?;
+        match self.record_claims(&mut pod, vmis) {
             Ok((records, fresh)) => {
-                undo.0.push(Step::Release(fresh));
+                undo.claims = fresh;
                 Ok(records)
             }
             Err(e) => {
@@ -274,7 +311,11 @@ impl Add<'_> {
     }
 
     /// The records of the chosen VMIs, written, and the ones this call newly claimed.
-    fn record_claims(&mut self, pod: &PodDir, vmis: &[Vmi]) -> Result<(Vec<Record>, Vec<Record>)> {
+    fn record_claims(
+        &mut self,
+        pod: &mut PodDir,
+        vmis: &[Vmi],
+    ) -> Result<(Vec<Record>, Vec<Record>)> {
         let (held, unreadable) = pod.records().map_err(Error::io("reading", pod.path()))?;
         for u in &unreadable {
             log::warn!(
@@ -367,23 +408,22 @@ impl Add<'_> {
         }
     }
 
-    /// Waits for the IP configuration of every record; a DEL of one of them meanwhile (a
-    /// runtime that gave up) removed its record and its registration, and ends the wait.
-    fn wait_for_ips(&self, records: &[Record]) -> Result<Vec<IpConfig>> {
+    /// Waits for the IP configuration of every record; a DEL of the attachment meanwhile (a
+    /// runtime that gave up) asks this call to stop, and ends the wait.
+    fn wait_for_ips(&self, records: &[Record], lock: &Lock) -> Result<Vec<IpConfig>> {
         let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
         let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
-        let dir = &self.conf.contrail.config_dir;
         let abandoned = || {
-            let gone = records.iter().find(|r| !state::exists(dir, r))?;
-            Some(deleted_meanwhile(gone))
+            let first = records.first().filter(|_| lock.stop_requested())?;
+            Some(deleted_meanwhile(first))
         };
         self.agent.wait_for_ips(vm_uuid, &uuids, abandoned)
     }
 
-    /// A DEL that came after the wait removed a claim: then the ADD is undone rather than
-    /// leave an interface no record knows.
+    /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
+    /// ADD is undone rather than leave an interface no record knows.
     fn still_held(&self, records: &[Record]) -> Result<()> {
-        let pod = open_pod(&self.agent, self.conf, &self.vm_name)?;
+        let pod = open_pod(&self.agent, &self.state, &self.vm_name)?;
         let (held, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
         match records.iter().find(|r| !held.contains(r)) {
             Some(gone) => Err(deleted_meanwhile(gone)),
@@ -399,14 +439,49 @@ fn deleted_meanwhile(r: &Record) -> Error {
 /// DEL: the call's attachments (the one on CNI_IFNAME, or the sandbox's in thick mode).
 /// Nothing recorded for them (a repeated DEL, a failed ADD already rolled back, an older
 /// sandbox's late DEL) is success.
+///
+/// An ADD of the same attachment still running (its runtime gave up on it) is first told to
+/// stop, by taking its claims away, then waited for: it may be killed before its rollback,
+/// and what it built from those claims is then this DEL's to remove.
 pub fn del(call: &mut Call) -> Result<()> {
-    let Some(vm_name) = call.locate()? else {
+    let Some((state, vm_name)) = call.locate()? else {
         return Ok(());
     };
+    let (cid, ifname) = (&call.env.container_id, call.ifname().unwrap_or(""));
+    let locking = || Error::io("locking the attachment in", state.path());
+    let lock = match state
+        .try_lock_attachment(&vm_name, cid, ifname)
+        .map_err(locking())?
+    {
+        Some(lock) => lock,
+        None => {
+            log::info!("an ADD of this attachment is running: asking it to stop");
+            state
+                .stop_attachment(&vm_name, cid, ifname)
+                .map_err(locking())?;
+            call.lock(&state, &vm_name)?
+        }
+    };
+    let dropped = drop_held(call, &state, &vm_name);
+    let removed = lock.clear_stop().and_then(|()| lock.remove());
+    if let Err(e) = removed {
+        log::warn!("removing the attachment's lock: {e}");
+    }
+    dropped
+}
+
+/// DEL under the attachment's lock.
+fn drop_held(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
+    if !state
+        .has_pod(vm_name)
+        .map_err(Error::io("reading", state.path()))?
+    {
+        return Ok(());
+    }
     let agent = Agent::new(&call.conf.contrail);
-    let pod = open_pod(&agent, call.conf, &vm_name)?;
+    let mut pod = open_pod(&agent, state, vm_name)?;
     let records = call.records(&pod)?;
-    let dropped = drop_attachments(&agent, &pod, &records);
+    let dropped = drop_attachments(&agent, &mut pod, &records);
     close(pod)?;
     dropped
 }
@@ -414,7 +489,7 @@ pub fn del(call: &mut Call) -> Result<()> {
 /// Deletes the records' veths (by host name: it works when the netns is gone) and releases
 /// the records whose veth is gone. A veth that cannot be deleted keeps its record, for the
 /// next DEL; the first such failure is returned, every one logged.
-pub fn drop_attachments(agent: &Agent, pod: &PodDir, records: &[Record]) -> Result<()> {
+pub fn drop_attachments(agent: &Agent, pod: &mut PodDir, records: &[Record]) -> Result<()> {
     if records.is_empty() {
         return Ok(());
     }
@@ -448,10 +523,16 @@ pub fn check(call: &mut Call) -> Result<()> {
             call.env.container_id
         ))
     };
-    let vm_name = call.locate()?.ok_or_else(|| missing(call))?;
+    let (state, vm_name) = call.locate()?.ok_or_else(|| missing(call))?;
+    if !state
+        .has_pod(&vm_name)
+        .map_err(Error::io("reading", state.path()))?
+    {
+        return Err(missing(call));
+    }
     let agent = Agent::new(&call.conf.contrail);
     let records = {
-        let pod = open_pod(&agent, call.conf, &vm_name)?;
+        let pod = open_pod(&agent, &state, &vm_name)?;
         let records = call.records(&pod)?;
         close(pod)?;
         records
@@ -498,7 +579,7 @@ fn port(record: &Record) -> Result<Value> {
 /// first, so that a registration is never left without a file that explains it, then the
 /// files, then [`settle`]. The agent part is best effort: when it fails, the marker stays and
 /// the next call for the pod, or GC, finishes it.
-pub fn release(agent: &Agent, pod: &PodDir, gone: &[Record]) -> Result<()> {
+pub fn release(agent: &Agent, pod: &mut PodDir, gone: &[Record]) -> Result<()> {
     let Some(first) = gone.first() else {
         return Ok(());
     };
@@ -770,11 +851,15 @@ fn verify(
     ctr: &mut Socket,
     record: &Record,
 ) -> Result<()> {
+    // A busy agent is asked again within the call's deadline; a 404 is the answer.
     let ip = agent
-        .ip_config(
-            &record.vm_uuid,
-            &record.vmi_uuid,
-            conf.contrail.poll_timeout,
+        .poll(
+            &format!("the IP configuration of VMI {}", record.vmi_uuid),
+            |agent, t| {
+                agent
+                    .ip_config(&record.vm_uuid, &record.vmi_uuid, t)
+                    .map(Poll::Ready)
+            },
         )?
         .ok_or_else(|| {
             Error::Check(format!(

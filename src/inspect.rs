@@ -9,7 +9,7 @@ use crate::agent::Agent;
 use crate::config::{self, NetConf};
 use crate::error::{Error, Result};
 use crate::netlink::{Netns, Socket};
-use crate::state::{self, Record};
+use crate::state::{Record, StateDir};
 use crate::vmi::Mac;
 
 /// Show this node's attachments, joined with the pods' namespaces, the host and the agent.
@@ -36,6 +36,8 @@ pub struct Row {
     pub mac: String,
     pub addresses: Vec<String>,
     pub health: String,
+    /// What to do about it ("-" when healthy).
+    pub fix: String,
 }
 
 /// What the agent says of a VMI.
@@ -56,17 +58,89 @@ pub struct Observed {
     pub agent: AgentView,
 }
 
-/// The most important problem first: a sandbox that is gone explains everything after it.
-pub fn health(record: &Record, o: &Observed) -> String {
-    match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
-        (false, _, _) => "stale sandbox".into(),
-        (_, false, _) => "interface missing".into(),
-        (_, _, AgentView::NoIpConfig) => "agent has no IP configuration for it".into(),
-        (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
-            format!("agent has it as {h}")
+/// A verdict: on an attachment, or on something no attachment explains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    Ok,
+    StaleSandbox,
+    InterfaceMissing,
+    NoIpConfig,
+    RegisteredAs(String),
+    AgentUnreachable,
+    EmptyPodDirectory,
+    DeregistrationPending,
+    TempFile(String),
+    Unreadable(String),
+    /// Registered with the agent (for pod vm-uuid) without a state file.
+    RegisteredWithoutState(String),
+    NotOurs,
+    StaleLock,
+    OrphanHostLink(String),
+}
+
+impl Finding {
+    pub fn health(&self) -> String {
+        match self {
+            Finding::Ok => "ok".into(),
+            Finding::StaleSandbox => "stale sandbox".into(),
+            Finding::InterfaceMissing => "interface missing".into(),
+            Finding::NoIpConfig => "agent has no IP configuration for it".into(),
+            Finding::RegisteredAs(h) => format!("agent has it as {h}"),
+            Finding::AgentUnreachable => "agent unreachable".into(),
+            Finding::EmptyPodDirectory => "empty pod directory".into(),
+            Finding::DeregistrationPending => "deregistration pending".into(),
+            Finding::TempFile(name) => format!("temp file left by a killed call: {name}"),
+            Finding::Unreadable(why) => format!("unreadable state file: {why}"),
+            Finding::RegisteredWithoutState(_) => {
+                "registered with the agent without a state file".into()
+            }
+            Finding::NotOurs => "not this plugin's".into(),
+            Finding::StaleLock => "stale lock".into(),
+            Finding::OrphanHostLink(_) => "orphan host link".into(),
         }
-        (_, _, AgentView::Unreachable) => "agent unreachable".into(),
-        _ => "ok".into(),
+    }
+
+    pub fn fix(&self) -> String {
+        match self {
+            Finding::Ok => "-".into(),
+            Finding::StaleSandbox => "GC releases it (the sandbox's DEL never came)".into(),
+            Finding::InterfaceMissing | Finding::RegisteredAs(_) => {
+                "delete the pod: its new sandbox gets all its interfaces".into()
+            }
+            Finding::NoIpConfig => {
+                "check the VMI and its IPAM in Contrail, then delete the pod".into()
+            }
+            Finding::AgentUnreachable => "check the vRouter agent on this node".into(),
+            Finding::EmptyPodDirectory | Finding::TempFile(_) => {
+                "the next call for the pod, or GC, removes it".into()
+            }
+            Finding::DeregistrationPending => {
+                "the next call for the pod, or GC, retries it once the agent answers".into()
+            }
+            Finding::Unreadable(_) => {
+                "left alone: look at it, and remove it if no pod needs it".into()
+            }
+            Finding::RegisteredWithoutState(vm_uuid) => {
+                format!("if the pod is gone: DELETE /vm/{vm_uuid} on the agent")
+            }
+            Finding::NotOurs => "left alone: remove it if nothing needs it".into(),
+            Finding::StaleLock => "GC removes it".into(),
+            Finding::OrphanHostLink(name) => format!("if no pod uses it: ip link del {name}"),
+        }
+    }
+}
+
+/// The most important problem first: a sandbox that is gone explains everything after it.
+pub fn health(record: &Record, o: &Observed) -> Finding {
+    match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
+        (false, _, _) => Finding::StaleSandbox,
+        (_, false, _) => Finding::InterfaceMissing,
+        (_, _, AgentView::NoIpConfig) => Finding::NoIpConfig,
+        (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
+            Finding::RegisteredAs(h.clone())
+        }
+        (_, _, AgentView::Unreachable) => Finding::AgentUnreachable,
+        _ => Finding::Ok,
     }
 }
 
@@ -153,34 +227,63 @@ fn orphans(records: &[Record]) -> Vec<String> {
     names
 }
 
+/// A row about something that no attachment explains.
+fn debris(pod: &str, finding: &Finding) -> Row {
+    Row {
+        pod: pod.to_string(),
+        health: finding.health(),
+        fix: finding.fix(),
+        ..Row::default()
+    }
+}
+
 pub fn rows(conf: &NetConf) -> Result<Vec<Row>> {
     let dir = &conf.contrail.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    for pod in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let (mut found, bad) =
-            state::read_records(&pod.path()).map_err(Error::io("reading", &pod.path()))?;
-        if state::resync_pending(&pod.path()).is_some() {
-            rows.push(Row {
-                pod: pod.file_name().to_string_lossy().into_owned(),
-                health: "deregistration pending".into(),
-                ..Row::default()
-            });
+    let agent = Agent::new(&conf.contrail);
+    if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
+        for vm_name in state.pods().map_err(Error::io("reading", dir))? {
+            let files = state
+                .read_pod(&vm_name)
+                .map_err(Error::io("reading", &dir.join(&vm_name)))?;
+            let (mut found, bad) = files.records;
+            let empty = found.is_empty() && bad.is_empty() && files.temps.is_empty();
+            if empty && files.resync.is_none() && files.others.is_empty() {
+                rows.push(debris(&vm_name, &Finding::EmptyPodDirectory));
+            }
+            if files.resync.is_some() {
+                rows.push(debris(&vm_name, &Finding::DeregistrationPending));
+            }
+            for t in files.temps {
+                rows.push(debris(&vm_name, &Finding::TempFile(t)));
+            }
+            for name in files.others {
+                rows.push(debris(&format!("{vm_name}/{name}"), &Finding::NotOurs));
+            }
+            for u in bad {
+                rows.push(Row {
+                    vmi: u.vmi_uuid,
+                    ..debris(&vm_name, &Finding::Unreadable(u.why))
+                });
+            }
+            rows.extend(stray_registrations(&agent, conf, &vm_name, &found));
+            records.append(&mut found);
         }
-        for u in bad {
-            rows.push(Row {
-                pod: pod.file_name().to_string_lossy().into_owned(),
-                vmi: u.vmi_uuid,
-                health: format!("unreadable state file: {}", u.why),
-                ..Row::default()
-            });
+        for name in state.strays().map_err(Error::io("reading", dir))? {
+            rows.push(debris(&name, &Finding::NotOurs));
         }
-        records.append(&mut found);
+        for name in state
+            .stale_locks(false)
+            .map_err(Error::io("reading", dir))?
+        {
+            rows.push(debris(&name, &Finding::StaleLock));
+        }
     }
     let mut host = Socket::host()?;
-    let agent = Agent::new(&conf.contrail);
     for r in &records {
         let (o, mac, addresses) = observe(&mut host, &agent, conf, r);
+        let finding = health(r, &o);
         rows.push(Row {
             pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
             sandbox: r.container_id.chars().take(12).collect(),
@@ -190,17 +293,42 @@ pub fn rows(conf: &NetConf) -> Result<Vec<Row>> {
             host: r.host_ifname.clone(),
             mac,
             addresses,
-            health: health(r, &o),
+            health: finding.health(),
+            fix: finding.fix(),
         });
     }
     for host in orphans(&records) {
         rows.push(Row {
-            host,
-            health: "orphan host link".into(),
-            ..Row::default()
+            host: host.clone(),
+            ..debris("-", &Finding::OrphanHostLink(host))
         });
     }
     Ok(rows)
+}
+
+/// The pod's VMIs that the agent has registered although no state file explains them.
+fn stray_registrations(
+    agent: &Agent,
+    conf: &NetConf,
+    vm_name: &str,
+    records: &[Record],
+) -> Vec<Row> {
+    let t = conf.contrail.poll_timeout;
+    let Ok(Some(vmis)) = agent.pod_config(vm_name, t) else {
+        return Vec::new();
+    };
+    vmis.iter()
+        .filter(|v| !records.iter().any(|r| r.vmi_uuid == v.uuid))
+        .filter_map(|v| {
+            let ip = agent.ip_config(&v.vm_uuid, &v.uuid, t).ok()??;
+            let finding = Finding::RegisteredWithoutState(v.vm_uuid.clone());
+            Some(Row {
+                vmi: v.uuid.clone(),
+                host: ip.registered_as?,
+                ..debris(vm_name, &finding)
+            })
+        })
+        .collect()
 }
 
 impl Default for Row {
@@ -216,6 +344,7 @@ impl Default for Row {
             mac: dash(),
             addresses: Vec::new(),
             health: dash(),
+            fix: dash(),
         }
     }
 }
@@ -232,8 +361,9 @@ pub fn table(rows: &[Row]) -> String {
         "MAC",
         "ADDRESSES",
         "HEALTH",
+        "FIX",
     ];
-    let cells: Vec<[String; 9]> = rows
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
             let addrs = if r.addresses.is_empty() {
@@ -243,7 +373,7 @@ pub fn table(rows: &[Row]) -> String {
             };
             [
                 &r.pod, &r.sandbox, &r.ifname, &r.network, &r.vmi, &r.host, &r.mac, &addrs,
-                &r.health,
+                &r.health, &r.fix,
             ]
             .map(|s| s.clone())
         })
@@ -305,26 +435,57 @@ mod tests {
     fn health_names_the_first_problem() {
         let r = record();
         let ours = || AgentView::Registered("tap000000000001".into());
-        assert_eq!(health(&r, &seen(true, true, ours())), "ok");
-        assert_eq!(
-            health(&r, &seen(false, false, AgentView::NoIpConfig)),
-            "stale sandbox"
-        );
-        assert_eq!(health(&r, &seen(true, false, ours())), "interface missing");
-        assert_eq!(
-            health(&r, &seen(true, true, AgentView::NoIpConfig)),
-            "agent has no IP configuration for it"
-        );
-        assert_eq!(
-            health(
-                &r,
-                &seen(true, true, AgentView::Registered("tapother".into()))
+        let cases = [
+            (seen(true, true, ours()), Finding::Ok),
+            (
+                seen(false, false, AgentView::NoIpConfig),
+                Finding::StaleSandbox,
             ),
+            (seen(true, false, ours()), Finding::InterfaceMissing),
+            (seen(true, true, AgentView::NoIpConfig), Finding::NoIpConfig),
+            (
+                seen(true, true, AgentView::Registered("tapother".into())),
+                Finding::RegisteredAs("tapother".into()),
+            ),
+            (
+                seen(true, true, AgentView::Unreachable),
+                Finding::AgentUnreachable,
+            ),
+        ];
+        for (observed, finding) in cases {
+            assert_eq!(health(&r, &observed), finding, "{observed:?}");
+        }
+        assert_eq!(
+            Finding::RegisteredAs("tapother".into()).health(),
             "agent has it as tapother"
         );
-        assert_eq!(
-            health(&r, &seen(true, true, AgentView::Unreachable)),
-            "agent unreachable"
+    }
+
+    #[test]
+    fn every_problem_says_what_to_do() {
+        let all = [
+            Finding::StaleSandbox,
+            Finding::InterfaceMissing,
+            Finding::NoIpConfig,
+            Finding::RegisteredAs("tapx".into()),
+            Finding::AgentUnreachable,
+            Finding::EmptyPodDirectory,
+            Finding::DeregistrationPending,
+            Finding::TempFile(".x.tmp".into()),
+            Finding::Unreadable("not a regular file".into()),
+            Finding::RegisteredWithoutState("vm".into()),
+            Finding::NotOurs,
+            Finding::StaleLock,
+            Finding::OrphanHostLink("tapx".into()),
+        ];
+        for f in all {
+            assert!(f.health() != "ok" && f.fix().len() > 10, "{f:?}");
+        }
+        assert_eq!(Finding::Ok.fix(), "-");
+        assert!(
+            Finding::RegisteredWithoutState("u".into())
+                .fix()
+                .contains("DELETE /vm/u")
         );
     }
 
@@ -341,7 +502,8 @@ mod tests {
         assert!(lines[0].starts_with("POD   SANDBOX"), "{t}");
         assert!(lines[1].starts_with("ns/p  -"), "{t}");
         assert!(
-            lines[1].contains("10.0.0.1/24,fd00::1/128") && lines[1].ends_with("ok"),
+            lines[1].contains("10.0.0.1/24,fd00::1/128")
+                && lines[1].split_whitespace().rev().take(2).eq(["-", "ok"]),
             "{t}"
         );
     }

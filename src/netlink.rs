@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
@@ -44,16 +45,33 @@ pub struct Netns {
 
 impl Netns {
     /// The plain `io::Error` is kept so that callers can tell a netns that is already gone
-    /// (`NotFound`, fine for CNI DEL) from other failures. A file that is not a namespace
-    /// (`/etc/hostname`, a directory) is refused here, before anything is created.
+    /// (`NotFound`, fine for CNI DEL) from other failures. Refused here, before anything is
+    /// created: a file that is not a namespace (`/etc/hostname`, a directory), a namespace of
+    /// another kind (`/proc/self/ns/mnt`), and the network namespace this plugin runs in (the
+    /// node's own, by whatever path), which a pod must never be given.
     pub fn open(path: &Path) -> io::Result<Netns> {
+        let refuse = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
         let file = File::open(path)?;
         let fs = nix::sys::statfs::fstatfs(&file)?;
         if fs.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a network namespace",
+            return refuse("not a network namespace".into());
+        }
+        // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd's namespace.
+        let kind = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE) };
+        if kind != libc::CLONE_NEWNET {
+            return refuse(format!(
+                "a {} namespace, not a network namespace",
+                ns_kind(kind)
             ));
+        }
+        let ours = std::fs::metadata("/proc/thread-self/ns/net")?;
+        let theirs = file.metadata()?;
+        if (ours.dev(), ours.ino()) == (theirs.dev(), theirs.ino()) {
+            return refuse(
+                "the network namespace this plugin runs in (the node's own): refusing to \
+                 configure it"
+                    .into(),
+            );
         }
         Ok(Netns {
             file,
@@ -63,6 +81,22 @@ impl Netns {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// `_IO(0xb7, 0x3)` from linux/nsfs.h (libc does not define it): the kind of a namespace fd,
+/// as a `CLONE_NEW*` flag.
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+
+fn ns_kind(kind: libc::c_int) -> &'static str {
+    match kind {
+        libc::CLONE_NEWNS => "mount",
+        libc::CLONE_NEWUTS => "UTS",
+        libc::CLONE_NEWIPC => "IPC",
+        libc::CLONE_NEWUSER => "user",
+        libc::CLONE_NEWPID => "PID",
+        libc::CLONE_NEWCGROUP => "cgroup",
+        _ => "non-network",
     }
 }
 

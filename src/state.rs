@@ -1,23 +1,140 @@
 //! Local state: one file per attachment in `config-dir/<vm-name>/<vmi-uuid>`, in the agent's
-//! POST /vm body format so the agent can re-register it on restart, a per-pod lock, and a
-//! marker for a pod whose registrations with the agent are not yet in line with its files.
+//! POST /vm body format so the agent can re-register it on restart; a marker for a pod whose
+//! registrations with the agent are not yet in line with its files; and the locks, in
+//! `config-dir/.locks/`, so that a lock never keeps a pod's directory alive.
+//!
+//! The directory is trusted no further than needed: everything below `config-dir` is opened
+//! relative to it without following symlinks; a state file must be a regular file of at most
+//! [`MAX_FILE`] bytes, opened without blocking (a FIFO does not hang a call); anything else is
+//! reported as unreadable and left alone, and nothing is created or written outside
+//! `config-dir`.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
 
+use crate::cni::valid_name;
 use crate::vmi::{Claim, valid_uuid};
 
 /// Written into every state file, so a later format can tell ours apart.
 pub const STATE_VERSION: &str = "1";
-const LOCK_NAME: &str = ".lock";
+/// The locks' directory, in `config-dir`.
+const LOCKS: &str = ".locks";
 /// Present while the agent may hold registrations of the pod that its files no longer
 /// explain (a released attachment not yet deregistered); holds the pod's vm-uuid.
-const RESYNC_NAME: &str = ".resync";
+const RESYNC: &str = ".resync";
+/// A state file is a few hundred bytes: anything larger is not one.
+pub const MAX_FILE: u64 = 64 * 1024;
+
+fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate(bits)
+}
+
+/// Open flags for anything below `config-dir`: never through a symlink, never inherited.
+fn flags(extra: OFlag) -> OFlag {
+    OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | extra
+}
+
+fn is_kind(st: &FileStat, kind: SFlag) -> bool {
+    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
+}
+
+fn io(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+/// What a name below `config-dir` is, without following it.
+fn stat_at(dir: impl AsFd, name: &str) -> io::Result<Option<FileStat>> {
+    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The names in a directory (by fd), with their types as the directory reports them.
+fn entries(dir: impl AsFd) -> io::Result<Vec<(String, Option<Type>)>> {
+    let fd = dir.as_fd().try_clone_to_owned()?;
+    let mut d = Dir::from_fd(fd).map_err(io)?;
+    let mut names = Vec::new();
+    for e in d.iter() {
+        let e = e.map_err(io)?;
+        let Ok(name) = e.file_name().to_str() else {
+            continue;
+        };
+        if name != "." && name != ".." {
+            names.push((name.to_string(), e.file_type()));
+        }
+    }
+    Ok(names)
+}
+
+/// Reads a state file: a regular file (not a symlink, FIFO or device) of at most `MAX_FILE`
+/// bytes. The reason otherwise.
+fn read_file(dir: impl AsFd, name: &str) -> Result<Vec<u8>, String> {
+    let fd = match openat(
+        dir,
+        name,
+        flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK),
+        mode(0),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ELOOP) => return Err("a symbolic link, not a state file".into()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let st = fstat(&fd).map_err(|e| e.to_string())?;
+    if !is_kind(&st, SFlag::S_IFREG) {
+        return Err("not a regular file".into());
+    }
+    if st.st_size as u64 > MAX_FILE {
+        return Err(format!("larger than {MAX_FILE} bytes"));
+    }
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Writes a file atomically in `dir`: a temp file beside it (a stale one, even a symlink,
+/// removed first; created exclusively, never followed), fsync, rename. Readers never see half a
+/// file; on failure the temp file goes.
+fn put(dir: impl AsFd + Copy, name: &str, body: &[u8]) -> io::Result<()> {
+    let tmp = format!(".{name}.tmp");
+    let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    let fd = openat(
+        dir,
+        tmp.as_str(),
+        flags(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL),
+        mode(0o600),
+    )
+    .map_err(io)?;
+    let written = (|| {
+        let mut f = File::from(fd);
+        f.write_all(body)?;
+        f.sync_all()?;
+        crate::crash::point("renaming");
+        renameat(dir, tmp.as_str(), dir, name).map_err(io)
+    })();
+    if written.is_err() {
+        let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    written
+}
+
+/// Whether a name in a pod directory is a temp file of [`put`].
+fn is_temp(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
 /// the agent tolerates extra keys, and files the agent wrote itself lack ours.
@@ -111,92 +228,500 @@ impl Unreadable {
     }
 }
 
-pub fn create_dir(path: &Path) -> io::Result<()> {
-    DirBuilder::new().recursive(true).mode(0o700).create(path)
-}
-
-/// A pod's state directory, locked for as long as this lives.
-pub struct PodDir {
+/// `config-dir`, opened once per call; every path below it is resolved relative to it.
+pub struct StateDir {
+    fd: OwnedFd,
     path: PathBuf,
-    _lock: Flock<File>,
 }
 
-impl PodDir {
-    /// Takes the pod's lock, creating its directory. Concurrent invocations for the pod wait
-    /// here; a waiter whose lock file was removed by a finishing DEL starts over.
-    pub fn lock(config_dir: &Path, vm_name: &str) -> io::Result<PodDir> {
-        let path = config_dir.join(vm_name);
-        let lock_path = path.join(LOCK_NAME);
-        loop {
-            create_dir(&path)?;
-            let file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(&lock_path)
-            {
-                Ok(f) => f,
-                // The directory went away between create and open: a DEL just removed it.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            let lock =
-                Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
-            let same = fs::metadata(&lock_path)
-                .map(|m| m.ino() == lock.metadata().map(|l| l.ino()).unwrap_or(0));
-            if same.unwrap_or(false) {
-                return Ok(PodDir { path, _lock: lock });
-            }
+impl StateDir {
+    /// Opens `config-dir`, creating it (0700) and its locks' directory when missing.
+    pub fn open(path: &Path) -> io::Result<StateDir> {
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .recursive(true)
+            .create(path)?;
+        StateDir::at(path)
+    }
+
+    /// Opens `config-dir` when it exists (a call with nothing to create).
+    pub fn existing(path: &Path) -> io::Result<Option<StateDir>> {
+        match StateDir::at(path) {
+            Ok(dir) => Ok(Some(dir)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
         }
+    }
+
+    fn at(path: &Path) -> io::Result<StateDir> {
+        // config-dir itself is the operator's to place: followed if it is a symlink.
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            mode(0),
+        )
+        .map_err(io)?;
+        Ok(StateDir {
+            fd,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The pods: real directories with a VM name (never a symlink; dot-names are ours).
+    pub fn pods(&self) -> io::Result<Vec<String>> {
+        let mut pods = Vec::new();
+        for (name, kind) in entries(&self.fd)? {
+            if !valid_name(&name) {
+                continue;
+            }
+            let dir = match kind {
+                Some(t) => t == Type::Directory,
+                None => stat_at(&self.fd, &name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)),
+            };
+            if dir {
+                pods.push(name);
+            }
+        }
+        pods.sort();
+        Ok(pods)
+    }
+
+    /// Whether `vm_name` is a pod with state here (a real directory).
+    pub fn has_pod(&self, vm_name: &str) -> io::Result<bool> {
+        Ok(stat_at(&self.fd, vm_name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)))
+    }
+
+    /// The pod holding an attachment of this container (on `ifname`, or on any interface)
+    /// when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod, unlocked.
+    pub fn find_pod(&self, container_id: &str, ifname: Option<&str>) -> io::Result<Option<String>> {
+        for vm_name in self.pods()? {
+            let (records, _) = self.read_pod(&vm_name)?.records;
+            let ours =
+                |r: &Record| r.container_id == container_id && ifname.is_none_or(|i| r.ifname == i);
+            if records.iter().any(ours) {
+                return Ok(Some(vm_name));
+            }
+        }
+        Ok(None)
+    }
+
+    /// What a pod's directory holds, read without its lock (for reports and scans).
+    pub fn read_pod(&self, vm_name: &str) -> io::Result<PodFiles> {
+        let dir = open_pod_dir(&self.fd, vm_name)?;
+        PodFiles::read(dir.as_ref(), &self.path.join(vm_name))
+    }
+
+    /// Takes the pod's lock, and removes the temp files a killed writer left (every writer
+    /// holds the lock, so any temp file seen here is stale).
+    pub fn lock_pod(&self, vm_name: &str) -> io::Result<PodDir> {
+        let lock = Lock::take(self, vm_name.to_string())?;
+        let dir = open_pod_dir(&self.fd, vm_name)?;
+        if let Some(dir) = &dir {
+            for (name, _) in entries(dir)? {
+                if is_temp(&name) {
+                    log::info!("removing {name}, left in pod {vm_name} by a call that was killed");
+                    let _ = unlinkat(dir, name.as_str(), UnlinkatFlags::NoRemoveDir);
+                }
+            }
+        }
+        Ok(PodDir {
+            root: self.fd.try_clone()?,
+            name: vm_name.to_string(),
+            path: self.path.join(vm_name),
+            dir,
+            lock,
+        })
+    }
+
+    /// The lock of one attachment (in thick mode, `ifname` "": the sandbox), held by its ADD
+    /// for the whole call and by its DEL: a duplicate ADD waits for the first instead of
+    /// undoing its work, and a DEL never runs alongside an ADD of what it deletes.
+    pub fn lock_attachment(
+        &self,
+        vm_name: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> io::Result<Lock> {
+        Lock::take(self, attachment_lock(vm_name, container_id, ifname))
+    }
+
+    /// [`StateDir::lock_attachment`] if no call holds it now.
+    pub fn try_lock_attachment(
+        &self,
+        vm_name: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> io::Result<Option<Lock>> {
+        Lock::try_take(
+            &self.locks()?,
+            &attachment_lock(vm_name, container_id, ifname),
+        )
+    }
+
+    /// Asks the call holding an attachment's lock (an ADD its runtime gave up on) to stop: it
+    /// looks for this between its polls of the agent ([`Lock::stop_requested`]).
+    pub fn stop_attachment(
+        &self,
+        vm_name: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> io::Result<()> {
+        let name = stop_marker(&attachment_lock(vm_name, container_id, ifname));
+        Lock::open(&self.locks()?, &name).map(drop)
+    }
+
+    /// Lock files that nobody holds and no pod needs (left by a killed call, or a pod's whose
+    /// directory went with a killed DEL): removed, and their names returned.
+    pub fn sweep_locks(&self) -> io::Result<Vec<String>> {
+        self.stale_locks(true)
+    }
+
+    /// The lock files [`StateDir::sweep_locks`] would remove, left in place.
+    pub fn stale_locks(&self, remove: bool) -> io::Result<Vec<String>> {
+        let Some(locks) = self.locks_dir()? else {
+            return Ok(Vec::new());
+        };
+        let mut stale = Vec::new();
+        for name in lock_files(&locks)? {
+            let pod = name.split('@').next().unwrap_or_default();
+            let is_add = name.contains('@');
+            if !is_add && self.has_pod(pod)? {
+                continue;
+            }
+            if let Some(lock) = Lock::try_take(&locks, &name)? {
+                if remove {
+                    lock.remove()?;
+                }
+                stale.push(name);
+            }
+        }
+        Ok(stale)
+    }
+
+    /// The locks' directory, created when missing (a config-dir an older version made).
+    fn locks(&self) -> io::Result<OwnedFd> {
+        match mkdirat(&self.fd, LOCKS, mode(0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(io(e)),
+        }
+        openat(
+            &self.fd,
+            LOCKS,
+            flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY),
+            mode(0),
+        )
+        .map_err(io)
+    }
+
+    fn locks_dir(&self) -> io::Result<Option<OwnedFd>> {
+        match openat(
+            &self.fd,
+            LOCKS,
+            flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY),
+            mode(0),
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Entries of `config-dir` that are not pods (files, symlinks, other names), and entries
+    /// of its locks' directory that are not lock files: not this plugin's, left alone.
+    pub fn strays(&self) -> io::Result<Vec<String>> {
+        let pods = self.pods()?;
+        let mut strays: Vec<String> = entries(&self.fd)?
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| name != LOCKS && !pods.contains(name))
+            .collect();
+        if let Some(locks) = self.locks_dir()? {
+            let files = lock_files(&locks)?;
+            strays.extend(
+                entries(&locks)?
+                    .into_iter()
+                    .filter(|(name, _)| !files.contains(name))
+                    .map(|(name, _)| format!("{LOCKS}/{name}")),
+            );
+        }
+        strays.sort();
+        Ok(strays)
+    }
+}
+
+/// An attachment's lock name. FNV-1a names the pair in a few characters; a collision only
+/// makes two calls wait for each other.
+fn attachment_lock(vm_name: &str, container_id: &str, ifname: &str) -> String {
+    let h = format!("{container_id}\0{ifname}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{vm_name}@{h:016x}")
+}
+
+/// The file that asks the holder of a lock to stop; swept like a stale lock when left.
+fn stop_marker(lock: &str) -> String {
+    format!("{lock}.stop")
+}
+
+/// The regular files in the locks' directory (anything else there is not a lock of ours).
+fn lock_files(locks: &OwnedFd) -> io::Result<Vec<String>> {
+    let mut files = Vec::new();
+    for (name, kind) in entries(locks)? {
+        let regular = match kind {
+            Some(t) => t == Type::File,
+            None => stat_at(locks, &name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFREG)),
+        };
+        if regular {
+            files.push(name);
+        }
+    }
+    Ok(files)
+}
+
+fn open_pod_dir(root: &OwnedFd, vm_name: &str) -> io::Result<Option<OwnedFd>> {
+    match openat(
+        root,
+        vm_name,
+        flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY),
+        mode(0),
+    ) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "pod state {} is not a directory (a symlink?): left alone",
+                vm_name
+            ),
+        )),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// What a pod's directory holds.
+pub struct PodFiles {
+    /// The state files that could be read, and the ones that could not.
+    pub records: (Vec<Record>, Vec<Unreadable>),
+    /// The pod's vm-uuid when a resync is pending.
+    pub resync: Option<String>,
+    /// Temp files a killed writer left.
+    pub temps: Vec<String>,
+    /// Names that are none of the above: not this plugin's, left alone.
+    pub others: Vec<String>,
+}
+
+impl PodFiles {
+    fn read(dir: Option<&OwnedFd>, path: &Path) -> io::Result<PodFiles> {
+        let mut files = PodFiles {
+            records: (Vec::new(), Vec::new()),
+            resync: None,
+            temps: Vec::new(),
+            others: Vec::new(),
+        };
+        let Some(dir) = dir else {
+            return Ok(files);
+        };
+        for (name, _) in entries(dir)? {
+            if is_temp(&name) {
+                files.temps.push(name);
+            } else if name == RESYNC {
+                let bytes = read_file(dir, RESYNC).unwrap_or_default();
+                let vm = String::from_utf8_lossy(&bytes).trim().to_string();
+                files.resync = valid_uuid(&vm).then_some(vm);
+            } else if valid_uuid(&name) {
+                let bytes = read_file(dir, &name);
+                let parsed = bytes.as_deref().map_err(Clone::clone);
+                match parsed.and_then(|b| parse_record(b, &name)) {
+                    Ok(r) => files.records.0.push(r),
+                    Err(why) => files.records.1.push(Unreadable {
+                        path: path.join(&name),
+                        port: bytes
+                            .ok()
+                            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                            .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(&name)),
+                        vmi_uuid: name,
+                        why,
+                    }),
+                }
+            } else {
+                files.others.push(name);
+            }
+        }
+        files.records.0.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.records.1.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.others.sort();
+        Ok(files)
+    }
+}
+
+fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
+    let r: Record = serde_json::from_slice(bytes).map_err(|e| format!("not a state file: {e}"))?;
+    if r.vmi_uuid != name {
+        return Err(format!(
+            "names VMI {} but the file is named {name}",
+            r.vmi_uuid
+        ));
+    }
+    if !(r.state_version.is_empty() || r.state_version == STATE_VERSION) {
+        return Err(format!(
+            "state version {:?} is not one this plugin knows",
+            r.state_version
+        ));
+    }
+    Ok(r)
+}
+
+/// A flock on `config-dir/.locks/<name>`, created on demand. Whoever finds the file no longer
+/// needed removes it while holding it; a waiter that then gets the lock sees that the path is
+/// another file (or none) and starts over on a fresh one.
+pub struct Lock {
+    /// Held until dropped.
+    _file: Flock<File>,
+    locks: OwnedFd,
+    name: String,
+}
+
+impl Lock {
+    fn take(state: &StateDir, name: String) -> io::Result<Lock> {
+        let locks = state.locks()?;
+        loop {
+            let file = Lock::open(&locks, &name)?;
+            let file = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io(e))?;
+            if Lock::current(&locks, &name, &file)? {
+                return Ok(Lock {
+                    _file: file,
+                    locks,
+                    name,
+                });
+            }
+        }
+    }
+
+    /// The lock if nobody holds it now.
+    fn try_take(locks: &OwnedFd, name: &str) -> io::Result<Option<Lock>> {
+        let file = Lock::open(locks, name)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(file) if Lock::current(locks, name, &file)? => Ok(Some(Lock {
+                _file: file,
+                locks: locks.try_clone()?,
+                name: name.to_string(),
+            })),
+            Ok(_) | Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(io(e)),
+        }
+    }
+
+    fn open(locks: &OwnedFd, name: &str) -> io::Result<File> {
+        let fd = openat(
+            locks,
+            name,
+            flags(OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NONBLOCK),
+            mode(0o600),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("lock {name} is a symbolic link: refusing it"),
+            ),
+            e => io(e),
+        })?;
+        if !is_kind(&fstat(&fd).map_err(io)?, SFlag::S_IFREG) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("lock {name} is not a regular file: refusing it"),
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Whether the locked file is still the one at the path.
+    fn current(locks: &OwnedFd, name: &str, file: &Flock<File>) -> io::Result<bool> {
+        let held = fstat(file.as_fd()).map_err(io)?;
+        Ok(stat_at(locks, name)?
+            .is_some_and(|st| st.st_ino == held.st_ino && st.st_dev == held.st_dev))
+    }
+
+    /// Removes the lock file (while it is held) and releases it.
+    pub fn remove(self) -> io::Result<()> {
+        unlink_if_there(&self.locks, &self.name)
+    }
+
+    /// Whether another call asked this lock's holder to stop ([`StateDir::stop_attachment`]).
+    pub fn stop_requested(&self) -> bool {
+        matches!(stat_at(&self.locks, &stop_marker(&self.name)), Ok(Some(_)))
+    }
+
+    /// Withdraws a request to stop: the one this call answers, or one a killed call left.
+    pub fn clear_stop(&self) -> io::Result<()> {
+        unlink_if_there(&self.locks, &stop_marker(&self.name))
+    }
+}
+
+fn unlink_if_there(dir: &OwnedFd, name: &str) -> io::Result<()> {
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// A pod's state, locked for as long as this lives.
+pub struct PodDir {
+    root: OwnedFd,
+    name: String,
+    path: PathBuf,
+    /// None until the pod has a file.
+    dir: Option<OwnedFd>,
+    lock: Lock,
+}
+
+impl PodDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Every UUID-named file: the attachments of this pod, of any sandbox.
     pub fn records(&self) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
-        read_records(&self.path)
+        Ok(PodFiles::read(self.dir.as_ref(), &self.path)?.records)
     }
 
-    /// Writes a record atomically (see [`PodDir::put`]).
-    pub fn write(&self, record: &Record) -> io::Result<()> {
+    /// The pod's directory, created (0700) on its first file.
+    fn dir(&mut self) -> io::Result<&OwnedFd> {
+        if self.dir.is_none() {
+            match mkdirat(&self.root, self.name.as_str(), mode(0o700)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(io(e)),
+            }
+            self.dir = open_pod_dir(&self.root, &self.name)?;
+        }
+        self.dir
+            .as_ref()
+            .ok_or_else(|| io::Error::other(format!("{} vanished", self.path.display())))
+    }
+
+    /// Writes a record atomically.
+    pub fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        self.put(&record.vmi_uuid, &body)
-    }
-
-    /// Writes a file atomically: temp file, fsync, rename. Readers never see half a file.
-    fn put(&self, name: &str, body: &[u8]) -> io::Result<()> {
-        let tmp = self.path.join(format!(".{name}.tmp"));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(body)?;
-        f.sync_all()?;
-        fs::rename(&tmp, self.path.join(name))
+        put(self.dir()?, &record.vmi_uuid, &body)
     }
 
     /// Records that the agent's registrations for pod `vm_uuid` must be brought in line with
     /// the files, before any file that explains a registration goes.
-    pub fn mark_resync(&self, vm_uuid: &str) -> io::Result<()> {
-        self.put(RESYNC_NAME, vm_uuid.as_bytes())
+    pub fn mark_resync(&mut self, vm_uuid: &str) -> io::Result<()> {
+        put(self.dir()?, RESYNC, vm_uuid.as_bytes())
     }
 
     /// The pod's vm-uuid when a resync is pending.
     pub fn resync_pending(&self) -> io::Result<Option<String>> {
-        read_resync(&self.path)
+        Ok(PodFiles::read(self.dir.as_ref(), &self.path)?.resync)
     }
 
     pub fn clear_resync(&self) -> io::Result<()> {
-        match fs::remove_file(self.path.join(RESYNC_NAME)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
+        self.remove_file(RESYNC).map(drop)
     }
 
     /// The registration bodies of the pod's attachments, as the agent would reload them: every
@@ -214,139 +739,44 @@ impl PodDir {
 
     /// Removes one attachment's file; `Ok(false)` when it was already gone.
     pub fn remove(&self, vmi_uuid: &str) -> io::Result<bool> {
-        match fs::remove_file(self.path.join(vmi_uuid)) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.remove_file(vmi_uuid)
     }
 
-    /// Ends the critical section: removes the directory when nothing but the lock is left in
-    /// it (no attachment, no pending resync), so that no call leaves an empty pod behind.
-    pub fn close(self) -> io::Result<()> {
-        self.remove_if_empty().map(drop)
-    }
-
-    /// Removes the directory when no attachment file is left; the lock goes with it.
-    pub fn remove_if_empty(self) -> io::Result<bool> {
-        let mut others = false;
-        for entry in fs::read_dir(&self.path)? {
-            let name = entry?.file_name();
-            if name != LOCK_NAME {
-                others = true;
-            }
-        }
-        if others {
+    fn remove_file(&self, name: &str) -> io::Result<bool> {
+        let Some(dir) = &self.dir else {
             return Ok(false);
-        }
-        fs::remove_file(self.path.join(LOCK_NAME))?;
-        fs::remove_dir(&self.path)?;
-        Ok(true)
-    }
-}
-
-fn read_resync(pod_dir: &Path) -> io::Result<Option<String>> {
-    match fs::read_to_string(pod_dir.join(RESYNC_NAME)) {
-        Ok(s) => Ok(Some(s.trim().to_string()).filter(|s| valid_uuid(s))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// The pod's vm-uuid when its directory holds a pending resync (for reports; unlocked).
-pub fn resync_pending(pod_dir: &Path) -> Option<String> {
-    read_resync(pod_dir).ok().flatten()
-}
-
-pub fn read_records(dir: &Path) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
-    let mut records = Vec::new();
-    let mut bad = Vec::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((records, bad)),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(uuid) = name.to_str().filter(|n| valid_uuid(n)) else {
-            continue;
         };
-        let path = entry.path();
-        let bytes = fs::read(&path).map_err(|e| e.to_string());
-        let parsed = bytes.as_ref().map_err(Clone::clone).and_then(|b| {
-            let r: Record =
-                serde_json::from_slice(b).map_err(|e| format!("not a state file: {e}"))?;
-            if r.vmi_uuid != uuid {
-                return Err(format!(
-                    "names VMI {} but the file is named {uuid}",
-                    r.vmi_uuid
-                ));
-            }
-            if !(r.state_version.is_empty() || r.state_version == STATE_VERSION) {
-                return Err(format!(
-                    "state version {:?} is not one this plugin knows",
-                    r.state_version
-                ));
-            }
-            Ok(r)
-        });
-        match parsed {
-            Ok(r) => records.push(r),
-            Err(why) => bad.push(Unreadable {
-                path,
-                vmi_uuid: uuid.to_string(),
-                why,
-                port: bytes
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(uuid)),
-            }),
+        match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(io(e)),
         }
     }
-    records.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
-    Ok((records, bad))
-}
 
-/// Whether the record's file is still in place (unlocked: a hint between polls).
-pub fn exists(config_dir: &Path, record: &Record) -> bool {
-    config_dir
-        .join(&record.vm_name)
-        .join(&record.vmi_uuid)
-        .exists()
-}
-
-/// Finds the pod directory holding an attachment of this container (on `ifname`, or on any
-/// interface) when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod.
-pub fn find_pod(
-    config_dir: &Path,
-    container_id: &str,
-    ifname: Option<&str>,
-) -> io::Result<Option<String>> {
-    let entries = match fs::read_dir(config_dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let entry = entry?;
-        if !entry.file_type()?.is_dir() {
-            continue;
+    /// Ends the critical section: when nothing is left in the pod's directory (no attachment,
+    /// no pending resync), the directory goes, and its lock file with it.
+    pub fn close(self) -> io::Result<()> {
+        if let Some(dir) = &self.dir {
+            if !entries(dir)?.is_empty() {
+                return Ok(());
+            }
+            match unlinkat(&self.root, self.name.as_str(), UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                // Written into meanwhile: not ours to remove.
+                Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(()),
+                Err(e) => return Err(io(e)),
+            }
         }
-        let (records, _) = read_records(&entry.path())?;
-        let ours =
-            |r: &Record| r.container_id == container_id && ifname.is_none_or(|i| r.ifname == i);
-        if records.iter().any(ours) {
-            return Ok(entry.file_name().to_str().map(str::to_string));
-        }
+        self.lock.remove()
     }
-    Ok(None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::fs;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::time::{Duration, Instant};
 
     fn tempdir(tag: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("ck8s-state-{tag}-{}", std::process::id()));
@@ -359,7 +789,7 @@ mod tests {
             time: "0".into(),
             container_id: container_id.into(),
             vm_uuid: "40936d96-cf0e-11e8-9892-002590aaa964".into(),
-            vm_name: "k8s__default__p".into(),
+            vm_name: POD.into(),
             host_ifname: crate::vmi::host_ifname(vmi),
             ifname: ifname.into(),
             netns: "/run/netns/x".into(),
@@ -372,13 +802,27 @@ mod tests {
         }
     }
 
+    const POD: &str = "k8s__default__p";
     const A: &str = "b86ac068-cf0e-11e8-b196-002590aaa964";
     const B: &str = "b86ac068-cf0e-11e8-b196-002590aaa965";
 
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
     #[test]
-    fn write_read_remove_and_permissions() {
+    fn write_read_remove_close_and_permissions() {
         let root = tempdir("rw");
-        let pod = PodDir::lock(&root, "k8s__default__p").unwrap();
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        assert!(!root.join(POD).exists(), "no directory before a file");
         pod.write(&record(A, "c1", "net1")).unwrap();
         pod.write(&record(B, "c1", "net2")).unwrap();
         let (records, bad) = pod.records().unwrap();
@@ -388,45 +832,70 @@ mod tests {
         );
         assert!(bad.is_empty());
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&root), 0o700);
         assert_eq!(mode(pod.path()), 0o700);
         assert_eq!(mode(&pod.path().join(A)), 0o600);
-        // No temp files left behind.
-        let names: Vec<_> = fs::read_dir(pod.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names.len(), 3, "{names:?}");
-        // The agent's own keys, as strings.
+        // No temp files left behind; the agent's own keys, as strings.
+        assert_eq!(names(pod.path()), [A, B]);
         let raw: serde_json::Value =
             serde_json::from_slice(&fs::read(pod.path().join(A)).unwrap()).unwrap();
         assert_eq!(raw["vm-id"], "c1");
-        assert_eq!(raw["vm-ifname"], "net1");
-        assert_eq!(raw["host-ifname"], record(A, "c1", "net1").host_ifname);
+        assert_eq!(raw["default-gw"], "false");
         assert!(pod.remove(A).unwrap());
         assert!(!pod.remove(A).unwrap());
-        assert!(!pod.remove_if_empty().unwrap());
-        let pod = PodDir::lock(&root, "k8s__default__p").unwrap();
+        pod.close().unwrap();
+        assert_eq!(names(&root.join(POD)), [B], "a pod with a file stays");
+        assert_eq!(names(&root.join(LOCKS)), [POD], "and so does its lock");
+        let pod = state.lock_pod(POD).unwrap();
         pod.remove(B).unwrap();
-        let path = pod.path().to_path_buf();
-        assert!(pod.remove_if_empty().unwrap());
-        assert!(!path.exists());
+        pod.close().unwrap();
+        assert!(!root.join(POD).exists());
+        assert!(
+            names(&root.join(LOCKS)).is_empty(),
+            "the lock goes with the pod"
+        );
         fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
-    fn agent_written_and_corrupt_files() {
+    fn a_call_with_nothing_to_write_leaves_no_directory() {
+        let root = tempdir("noop");
+        let state = StateDir::open(&root).unwrap();
+        state.lock_pod(POD).unwrap().close().unwrap();
+        assert_eq!(names(&root), [LOCKS]);
+        assert!(names(&root.join(LOCKS)).is_empty());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn temp_files_of_killed_writers_go_when_the_pod_is_locked() {
+        let root = tempdir("tmp");
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        pod.write(&record(A, "c1", "net1")).unwrap();
+        drop(pod);
+        fs::write(root.join(POD).join(format!(".{B}.tmp")), "{ half").unwrap();
+        assert_eq!(state.read_pod(POD).unwrap().temps, [format!(".{B}.tmp")]);
+        let pod = state.lock_pod(POD).unwrap();
+        assert_eq!(names(pod.path()), [A]);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn agent_written_corrupt_and_future_files() {
         let root = tempdir("corrupt");
-        let pod = PodDir::lock(&root, "k8s__default__p").unwrap();
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        pod.write(&record(B, "c1", "net1")).unwrap();
         // A file the agent wrote from a legacy plugin's POST: no keys of ours.
         let agent = serde_json::json!({"time": "t", "vm-id": "c0", "vm-uuid": "40936d96-cf0e-11e8-9892-002590aaa964",
-            "vm-name": "k8s__default__p", "host-ifname": "tapeth0fe3edca", "vm-ifname": "eth0",
+            "vm-name": POD, "host-ifname": "tapeth0fe3edca", "vm-ifname": "eth0",
             "vm-namespace": "/proc/1/ns/net", "vn-uuid": "f95af4cc-e4ba-44c8-9936-269d891e0ee9", "vmi-uuid": A,
             "author": "/usr/bin/contrail-vrouter-agent"});
         fs::write(pod.path().join(A), agent.to_string()).unwrap();
-        fs::write(pod.path().join(B), "{ torn").unwrap();
         fs::write(pod.path().join("not-a-uuid"), "x").unwrap();
         let (records, bad) = pod.records().unwrap();
-        assert_eq!(records.len(), 1);
+        assert_eq!(records.len(), 2);
         assert_eq!(
             records[0].claim(),
             Claim {
@@ -435,39 +904,124 @@ mod tests {
                 ifname: "eth0".into()
             }
         );
-        assert_eq!(bad.len(), 1);
-        assert_eq!(bad[0].path, pod.path().join(B));
+        assert!(bad.is_empty());
         let mut future = record(B, "c1", "net1");
         future.state_version = "9".into();
         pod.write(&future).unwrap();
         let (_, bad) = pod.records().unwrap();
         assert!(bad[0].why.contains("state version"), "{}", bad[0].why);
+        // Still a port the agent would reload: it stays registered.
+        assert_eq!(bad[0].port.as_ref().unwrap()["vmi-uuid"], B);
+        assert_eq!(pod.ports().unwrap().len(), 2);
+        fs::write(pod.path().join(B), "{ torn").unwrap();
+        let (_, bad) = pod.records().unwrap();
+        assert!(bad[0].port.is_none());
+        drop(pod);
         assert_eq!(
-            find_pod(&root, "c0", Some("eth0")).unwrap().as_deref(),
-            Some("k8s__default__p")
+            state.find_pod("c0", Some("eth0")).unwrap().as_deref(),
+            Some(POD)
         );
-        assert_eq!(find_pod(&root, "c0", Some("eth1")).unwrap(), None);
-        assert_eq!(find_pod(&root.join("absent"), "c0", None).unwrap(), None);
+        assert_eq!(state.find_pod("c0", Some("eth1")).unwrap(), None);
         fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
-    fn lock_excludes_and_survives_directory_removal() {
+    fn hostile_entries_are_refused_not_followed_and_never_hang() {
+        let root = tempdir("hostile");
+        let outside = tempdir("hostile-outside");
+        fs::create_dir_all(&outside).unwrap();
+        let state = StateDir::open(&root).unwrap();
+        // A pod directory that is a symlink elsewhere: not a pod, and never written through.
+        symlink(&outside, root.join(POD)).unwrap();
+        assert_eq!(state.pods().unwrap(), [] as [String; 0]);
+        assert!(!state.has_pod(POD).unwrap());
+        assert_eq!(state.strays().unwrap(), [POD]);
+        let err = match state.lock_pod(POD) {
+            Ok(mut pod) => pod.write(&record(A, "c1", "net1")).unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(err.to_string().contains("not a directory"), "{err}");
+        assert!(names(&outside).is_empty(), "written outside config-dir");
+        fs::remove_file(root.join(POD)).unwrap();
+
+        // A temp file that is a symlink: its target is not overwritten.
+        let target = outside.join("precious");
+        fs::write(&target, "keep").unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        pod.write(&record(B, "c1", "net1")).unwrap();
+        symlink(&target, root.join(POD).join(format!(".{A}.tmp"))).unwrap();
+        pod.write(&record(A, "c1", "net2")).unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+        drop(pod);
+
+        // A dangling lock symlink: its target is not created.
+        let planted = outside.join("planted");
+        symlink(&planted, root.join(LOCKS).join("k8s__default__q")).unwrap();
+        assert!(state.lock_pod("k8s__default__q").is_err());
+        assert!(!planted.exists());
+
+        // A FIFO and a symlink to /dev/zero as state files: unreadable at once, no hang.
+        let dir = root.join(POD);
+        fs::remove_file(dir.join(A)).unwrap();
+        fs::remove_file(dir.join(B)).unwrap();
+        nix::unistd::mkfifo(&dir.join(A), Mode::from_bits_truncate(0o600)).unwrap();
+        symlink("/dev/zero", dir.join(B)).unwrap();
+        let started = Instant::now();
+        let files = state.read_pod(POD).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let why: Vec<&str> = files.records.1.iter().map(|u| u.why.as_str()).collect();
+        assert_eq!(
+            why,
+            ["not a regular file", "a symbolic link, not a state file"]
+        );
+        // An oversized file.
+        fs::remove_file(dir.join(B)).unwrap();
+        fs::write(dir.join(B), vec![b' '; MAX_FILE as usize + 1]).unwrap();
+        let files = state.read_pod(POD).unwrap();
+        assert!(files.records.1[1].why.contains("larger than"));
+        fs::remove_dir_all(&root).unwrap();
+        fs::remove_dir_all(&outside).unwrap();
+    }
+
+    #[test]
+    fn a_waiter_on_a_lock_removed_under_it_starts_over() {
         let root = tempdir("lock");
-        let first = PodDir::lock(&root, "k8s__default__p").unwrap();
+        let state = StateDir::open(&root).unwrap();
+        let first = state.lock_pod(POD).unwrap();
         let root2 = root.clone();
         let waiter = std::thread::spawn(move || {
-            let pod = PodDir::lock(&root2, "k8s__default__p").unwrap();
+            let state = StateDir::open(&root2).unwrap();
+            let mut pod = state.lock_pod(POD).unwrap();
             pod.write(&record(A, "c2", "net1")).unwrap();
         });
-        // The holder removes the directory while the other thread waits on the old lock file;
-        // the waiter must start over on a fresh directory rather than write into a dead one.
-        // (If the waiter has not reached the lock yet, it simply creates the directory anew.)
-        std::thread::yield_now();
-        assert!(first.remove_if_empty().unwrap());
+        // The holder removes the lock file while the other thread waits on it (or has not
+        // reached it yet): the waiter must lock a fresh file, not the removed one.
+        std::thread::sleep(Duration::from_millis(20));
+        first.close().unwrap();
         waiter.join().unwrap();
-        let pod = PodDir::lock(&root, "k8s__default__p").unwrap();
+        let pod = state.lock_pod(POD).unwrap();
         assert_eq!(pod.records().unwrap().0.len(), 1);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn stale_locks_are_swept_and_held_ones_kept() {
+        let root = tempdir("sweep");
+        let state = StateDir::open(&root).unwrap();
+        let held = state.lock_attachment(POD, "c1", "net1").unwrap();
+        fs::write(root.join(LOCKS).join("k8s__default__gone"), "").unwrap();
+        let mut live = state.lock_pod("k8s__default__live").unwrap();
+        live.write(&record(A, "c1", "net1")).unwrap();
+        drop(live);
+        assert_eq!(state.stale_locks(false).unwrap(), ["k8s__default__gone"]);
+        assert_eq!(state.sweep_locks().unwrap(), ["k8s__default__gone"]);
+        assert_eq!(
+            names(&root.join(LOCKS)).len(),
+            2,
+            "the held and the live pod's"
+        );
+        held.remove().unwrap();
+        assert_eq!(names(&root.join(LOCKS)), ["k8s__default__live"]);
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -142,9 +142,19 @@ fn mac(s: &str, what: &str) -> Result<Mac> {
     })
 }
 
+/// More interfaces than any pod has: a count beyond it in the agent's answer is refused before
+/// it drives an allocation or a loop.
+pub const MAX_VMIS: u32 = 4096;
+
 /// Parses the body of `GET /vm-cfg/<vm-name>`.
 pub fn parse_cfg(body: &[u8]) -> Result<Vec<Vmi>> {
     let items: Vec<CfgItem> = decode(body, "the pod's VMIs")?;
+    if items.len() > MAX_VMIS as usize {
+        return Err(Error::decode(format!(
+            "agent sent {} VMIs for one pod, more than {MAX_VMIS}",
+            items.len()
+        )));
+    }
     let lone = items.len() == 1;
     items.into_iter().map(|item| vmi(item, lone)).collect()
 }
@@ -172,10 +182,10 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
                     .split_once('/')
                     .and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)));
                 match parsed {
-                    Some((k, n)) if k < n => index = Some((k, n)),
+                    Some((k, n)) if k < n && n <= MAX_VMIS => index = Some((k, n)),
                     _ => {
                         return Err(Error::decode(format!(
-                            "agent sent {what} with index {v:?}, not k/N"
+                            "agent sent {what} with index {v:?}, not k/N (k < N <= {MAX_VMIS})"
                         )));
                     }
                 }
@@ -214,20 +224,24 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
     })
 }
 
-/// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM.
+/// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM. Sized by
+/// the VMIs at hand, never by the N they announce.
 pub fn complete(vmis: &[Vmi]) -> bool {
     let Some(first) = vmis.first() else {
         return false;
     };
-    let n = first.count as usize;
-    let mut seen = vec![false; n];
-    for v in vmis {
-        if v.count != first.count || v.vm_uuid != first.vm_uuid {
-            return false;
-        }
-        seen[v.index as usize] = true;
+    if vmis.len() != first.count as usize
+        || vmis
+            .iter()
+            .any(|v| v.count != first.count || v.vm_uuid != first.vm_uuid)
+    {
+        return false;
     }
-    vmis.len() == n && seen.iter().all(|s| *s)
+    // Each index is below N (parsing checked), so N distinct ones are exactly 0..N.
+    let mut seen: Vec<u32> = vmis.iter().map(|v| v.index).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len() == vmis.len()
 }
 
 /// The VMI whose interface carries the pod's default route: the one annotated `default-gw`,
@@ -816,6 +830,9 @@ mod tests {
             )]),
             json!([cfg_item(&uuid(1), json!(["{index:2/2}"]))]),
             json!([cfg_item(&uuid(1), json!(["{index:x}"]))]),
+            // A count that would size an allocation: refused, whatever memory there is.
+            json!([cfg_item(&uuid(1), json!(["{index:0/4294967295}"]))]),
+            json!([cfg_item(&uuid(1), json!(["{index:0/4097}"]))]),
             json!([cfg_item(
                 &uuid(1),
                 json!(["{index:0/1}", "{interface:../x}"])

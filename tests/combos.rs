@@ -9,46 +9,12 @@
 //! `CONTRAIL_COMBO_SEED=<seed> cargo nextest run --release combos`.
 
 use std::collections::BTreeSet;
-use std::panic::{self, AssertUnwindSafe};
 
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
 /// Cases per test function; four functions run in parallel.
 const CASES: u64 = 8;
-
-/// SplitMix64: small, and the same sequence for a seed on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn uuid(&mut self) -> String {
-        let h = format!("{:016x}{:016x}", self.next(), self.next());
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..]
-        )
-    }
-}
 
 /// How a network's IPAM looks: the families it has and their prefix lengths.
 #[derive(Debug, Clone, Copy)]
@@ -335,28 +301,16 @@ fn run_case(seed: u64) {
     run.fx.assert_nothing_left();
 }
 
-/// Runs `CASES` seeds from `base` (or the one seed in CONTRAIL_COMBO_SEED), printing the seed
-/// of a failure.
 fn run_seeds(shard: u64) {
-    let seeds: Vec<u64> = match std::env::var("CONTRAIL_COMBO_SEED") {
-        Ok(s) if shard == 0 => vec![s.parse().expect("CONTRAIL_COMBO_SEED must be a number")],
-        Ok(_) => vec![],
-        Err(_) => {
-            let base = u64::from_str_radix(&uuid().replace('-', "")[..16], 16).unwrap();
-            (0..CASES).map(|i| base.wrapping_add(i)).collect()
-        }
-    };
-    for seed in seeds {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(|| run_case(seed)));
-        if let Err(e) = outcome {
-            eprintln!(
-                "combination seed {seed} failed: {:#?}\nreplay: CONTRAIL_COMBO_SEED={seed} \
-                 cargo nextest run --release combos",
-                shape(seed)
-            );
-            panic::resume_unwind(e);
-        }
-    }
+    let describe = |seed| format!("{:#?}", shape(seed));
+    for_each_seed(
+        "CONTRAIL_COMBO_SEED",
+        "combos",
+        CASES,
+        shard,
+        describe,
+        run_case,
+    );
 }
 
 #[test]

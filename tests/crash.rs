@@ -7,21 +7,6 @@
 use contrail_testkit::*;
 use serde_json::json;
 
-/// The steps of ADD, in order (see `crash::point` calls in src/): the claim, the veth, the
-/// registration, the wait for the IP configuration (killed after a first 404), the IP
-/// configuration received, the addresses and routes.
-const ADD_STEPS: [&str; 6] = [
-    "claimed",
-    "veth",
-    "registered",
-    "waiting",
-    "ip",
-    "addressed",
-];
-/// The steps of DEL: the veth gone, the resync marker written, the state file removed, the
-/// pod's ports dropped by the agent (before the sibling is registered again).
-const DEL_STEPS: [&str; 4] = ["unlinked", "marked", "forgotten", "deregistered"];
-
 /// A pod with eth0 (cluster network) and net1 (net-a, whose IP configuration comes 150 ms
 /// after its registration, so that there is a wait to be killed in).
 fn pod() -> Fixture {
@@ -70,24 +55,25 @@ fn only_eth0_left(p: &Fixture, step: &str) {
     assert_eq!(p.ns.ifnames(), ["eth0", "lo"], "{step}");
     let net1 = host_ifname(&p.pod.vmis[1].uuid);
     assert!(!host_link_exists(&net1), "{step}: {net1} leaked");
-    assert_eq!(
-        p.node.state_files(&p.pod),
-        [p.pod.vmis[0].uuid.clone()],
-        "{step}"
-    );
+    // eth0's state file and nothing else: no temp file, no pending resync.
+    let dir = p.node.ports_dir().join(p.pod.vm_name());
+    let names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, [p.pod.vmis[0].uuid.clone()], "{step}");
     assert_eq!(registered_ifnames(p), ["eth0"], "{step}");
     check(p, "eth0").assert_ok();
 }
 
-/// Multus deletes the pod: nothing is left anywhere.
+/// Multus deletes the pod: nothing is left anywhere, not even a temp file or a lock.
 #[track_caller]
 fn delete_all(p: &Fixture, step: &str) {
     for ifname in ["net1", "eth0"] {
         p.del(ifname, network(ifname)).assert_ok();
     }
-    assert_eq!(p.ns.ifnames(), ["lo"], "{step}");
-    assert!(!p.node.pod_dir_exists(&p.pod), "{step}");
-    assert!(p.sim.ports().is_empty(), "{step}");
+    p.assert_nothing_left();
+    assert_eq!(p.node.leftovers(), [] as [String; 0], "{step}");
 }
 
 #[test]
@@ -96,9 +82,11 @@ fn killed_at_every_step_of_add_then_del_cleans_up_and_add_works_again() {
         let p = pod();
         p.add("eth0", "default");
         killed(&p, "ADD", "net1", step);
-        assert!(
-            p.node.state_files(&p.pod).contains(&p.pod.vmis[1].uuid),
-            "{step}: the claim must be recorded"
+        let recorded = p.node.state_files(&p.pod).contains(&p.pod.vmis[1].uuid);
+        assert_eq!(
+            recorded,
+            step != "renaming",
+            "{step}: the claim is recorded from the rename on"
         );
         // The runtime's DEL of the killed attachment.
         p.del("net1", "net-a").assert_ok();
@@ -159,7 +147,7 @@ fn killed_during_the_last_del_of_a_pod_then_del_again_finishes() {
         killed(&p, "DEL", "eth0", step);
         assert_eq!(p.ns.ifnames(), ["lo"], "{step}");
         p.del("eth0", "default").assert_ok();
-        assert!(!p.node.pod_dir_exists(&p.pod), "{step}");
-        assert!(p.sim.ports().is_empty(), "{step}");
+        p.assert_nothing_left();
+        assert_eq!(p.node.leftovers(), [] as [String; 0], "{step}");
     }
 }

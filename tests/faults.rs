@@ -2,7 +2,6 @@
 //! (the simulator's fault switches). Each ADD must fail with the right code within its bound,
 //! say what to look at, and leave nothing behind; DEL must work without a usable agent.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
@@ -80,7 +79,7 @@ impl Case {
     #[track_caller]
     fn assert_nothing_left(&self) {
         self.fx.assert_nothing_left();
-        assert_eq!(config_dir_entries(&self.fx.node), [] as [String; 0]);
+        assert_eq!(self.fx.node.leftovers(), [] as [String; 0]);
     }
 }
 
@@ -89,24 +88,6 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     let started = Instant::now();
     let out = f();
     (out, started.elapsed())
-}
-
-/// What the config dir holds besides the log file and an empty `ports` directory.
-fn config_dir_entries(node: &Node) -> Vec<String> {
-    fn walk(dir: &Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let path = e.unwrap().path();
-            out.push(path.display().to_string());
-            if path.is_dir() {
-                walk(&path, out);
-            }
-        }
-    }
-    let mut all = Vec::new();
-    walk(&node.config_dir.0, &mut all);
-    let allowed = [node.config_dir.0.join("cni.log"), node.ports_dir()];
-    all.retain(|p| !allowed.iter().any(|a| Path::new(p) == a));
-    all
 }
 
 fn one_vmi_pod() -> PodSpec {

@@ -283,6 +283,101 @@ fn inspect(node: &Node) -> Vec<Value> {
     serde_json::from_str(&out).unwrap()
 }
 
+/// The rows whose health starts with `health`: (pod column, fix column).
+fn findings(rows: &[Value], health: &str) -> Vec<(String, String)> {
+    rows.iter()
+        .filter(|r| r["health"].as_str().unwrap().starts_with(health))
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap().to_string();
+            (s("pod"), s("fix"))
+        })
+        .collect()
+}
+
+#[test]
+fn inspect_reports_every_kind_of_debris_with_its_fix() {
+    // Debris as killed calls, an agent that did not answer and other software leave it.
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    fx.add("eth0", "default");
+    let ports = fx.node.ports_dir();
+    let pod_dir = |name: &str| {
+        let dir = ports.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    };
+    pod_dir("k8s__default__empty");
+    std::fs::write(pod_dir("k8s__default__pending").join(".resync"), uuid()).unwrap();
+    let killed = pod_dir("k8s__default__killed");
+    std::fs::write(killed.join(format!(".{}.tmp", uuid())), "{").unwrap();
+    let odd = pod_dir("k8s__default__odd");
+    sh("mkfifo", &[odd.join(uuid()).to_str().unwrap()]);
+    std::fs::write(odd.join("notes.txt"), "mine").unwrap();
+    std::fs::write(ports.join("README"), "not a pod").unwrap();
+    std::os::unix::fs::symlink("/nowhere", ports.join(".locks/odd")).unwrap();
+    std::fs::write(ports.join(".locks/k8s__default__gone"), "").unwrap();
+    // The agent holds one of the pod's ports, and no state file explains it (in a pod with a
+    // directory: inspect looks there, as the agent lists no pods).
+    fx.sim
+        .register(&fx.pod, 1, &host_ifname(&fx.pod.vmis[1].uuid), "net1");
+
+    let rows = inspect(&fx.node);
+    let expect = [
+        ("empty pod directory", "k8s__default__empty", "removes it"),
+        (
+            "deregistration pending",
+            "k8s__default__pending",
+            "retries it",
+        ),
+        (
+            "temp file left by a killed call",
+            "k8s__default__killed",
+            "removes it",
+        ),
+        (
+            "unreadable state file: not a regular file",
+            "k8s__default__odd",
+            "left alone",
+        ),
+        (
+            "not this plugin's",
+            "k8s__default__odd/notes.txt",
+            "left alone",
+        ),
+        ("not this plugin's", "README", "left alone"),
+        ("not this plugin's", ".locks/odd", "left alone"),
+        ("stale lock", "k8s__default__gone", "GC removes it"),
+        (
+            "registered with the agent without a state file",
+            &fx.pod.vm_name(),
+            &fx.pod.uuid,
+        ),
+    ];
+    for (health, pod, fix) in expect {
+        let found = findings(&rows, health);
+        assert!(
+            found.iter().any(|(p, f)| p == pod && f.contains(fix)),
+            "no {health:?} row for {pod} with a fix saying {fix:?}: {rows:#?}"
+        );
+    }
+    // GC does what the fixes say it does, and leaves the rest alone.
+    fx.node.gc(json!([])).assert_ok();
+    let rows = inspect(&fx.node);
+    for gone in [
+        "empty pod directory",
+        "deregistration pending",
+        "temp file",
+        "stale lock",
+    ] {
+        assert_eq!(findings(&rows, gone), [], "{gone}: {rows:#?}");
+    }
+    assert_eq!(findings(&rows, "not this plugin's").len(), 3, "{rows:#?}");
+    assert_eq!(
+        findings(&rows, "unreadable state file").len(),
+        1,
+        "{rows:#?}"
+    );
+}
+
 fn health_of(rows: &[Value], key: &str, value: &str) -> String {
     let row = rows
         .iter()
@@ -369,7 +464,9 @@ fn inspect_finds_each_kind_of_breakage() {
     assert!(ok);
     assert!(table.starts_with("POD"), "{table}");
     let line = table.lines().find(|l| l.contains(&vmi(3))).unwrap();
-    assert!(line.ends_with("stale sandbox"), "{line}");
+    let (health, fix) = line.split_once("stale sandbox").unwrap();
+    assert!(health.contains(&vmi(3)), "{line}");
+    assert_eq!(fix.trim(), "GC releases it (the sandbox's DEL never came)");
 
     call_all("DEL");
     let rows = inspect(&node);

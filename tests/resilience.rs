@@ -29,12 +29,6 @@ fn call(
     )
 }
 
-fn gc(node: &Node, valid: Value, key: &str) -> Output {
-    let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
-    conf[key] = valid;
-    node.call("GC", "", "", "", "", &conf)
-}
-
 #[test]
 fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
     let live = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
@@ -58,7 +52,7 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
 
     // Multus forwards GC to the cluster network only: the list names eth0 of live sandboxes.
     let valid = json!([{"containerID": live_cid, "ifname": "eth0"}]);
-    gc(&node, valid.clone(), "cni.dev/valid-attachments").assert_ok();
+    node.gc(valid.clone()).assert_ok();
     assert_eq!(
         live_ns.ifnames(),
         ["eth0", "lo", "net1"],
@@ -71,7 +65,9 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
     assert_eq!(ports, live.vmis.iter().map(|v| v.uuid.clone()).collect());
     assert!(foreign.exists(), "GC deleted a state file that is not ours");
     // The older key name works the same; an empty list releases everything of ours.
-    gc(&node, json!([]), "cni.dev/attachments").assert_ok();
+    let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
+    conf["cni.dev/attachments"] = json!([]);
+    node.call("GC", "", "", "", "", &conf).assert_ok();
     assert_eq!(live_ns.ifnames(), ["lo"]);
     assert!(!node.pod_dir_exists(&live));
     assert!(sim.ports().is_empty());
@@ -90,7 +86,7 @@ fn gc_after_a_node_reboot_cleans_state_whose_netns_is_gone() {
     let r = fx.add("eth0", "default");
     fx.remove_netns(); // the reboot took the netns and its veth; the state files stayed
     assert!(fx.node.pod_dir_exists(&fx.pod));
-    gc(&fx.node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    fx.node.gc(json!([])).assert_ok();
     assert!(!fx.node.pod_dir_exists(&fx.pod));
     assert!(!host_link_exists(&host_name(&r)));
     assert!(fx.sim.ports().is_empty());
@@ -246,7 +242,7 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
     fx.add("net1", "net-a");
     assert_eq!(fx.ns.mac("net1"), vmis[2].mac);
     fx.del("net1", "x").assert_ok();
-    gc(node, json!([]), "cni.dev/valid-attachments").assert_ok();
+    node.gc(json!([])).assert_ok();
     assert!(
         dir.join(&vmis[1].uuid).exists() && dir.join(&vmis[0].uuid).exists(),
         "not ours to delete"

@@ -470,7 +470,15 @@ pub fn run_plugin(env: &[(&str, &str)], stdin: &[u8]) -> Output {
 
 /// Runs any CNI plugin binary (ours or Debian's) with the given environment and stdin.
 pub fn run_cni(bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
-    let mut child = Command::new(bin)
+    run_wrapped(&[], bin, env, stdin)
+}
+
+/// [`run_cni`] under a wrapper command (`timeout`, `prlimit`...) that execs the plugin.
+pub fn run_wrapped(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut argv: Vec<&std::ffi::OsStr> = wrapper.iter().map(|a| a.as_ref()).collect();
+    argv.push(bin.as_os_str());
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env.iter().copied())
@@ -495,6 +503,8 @@ pub struct Node {
     pub conf_dir: TempDir,
     pub port: u16,
     pub contrail: Value,
+    /// A command the plugin runs under (`timeout`, `prlimit`); none by default.
+    pub wrapper: Vec<String>,
 }
 
 impl Node {
@@ -513,6 +523,7 @@ impl Node {
             conf_dir: TempDir::new(),
             port: sim.port,
             contrail,
+            wrapper: Vec::new(),
         }
     }
 
@@ -549,7 +560,26 @@ impl Node {
         args: &str,
         conf: &Value,
     ) -> Output {
-        let mut env = vec![
+        let mut env = self.env(command, container_id, netns, ifname, args);
+        env.extend_from_slice(extra);
+        run_wrapped(
+            &self.wrapper,
+            &plugin_bin(),
+            &env,
+            conf.to_string().as_bytes(),
+        )
+    }
+
+    /// The environment a runtime gives the plugin on this node.
+    pub fn env<'a>(
+        &'a self,
+        command: &'a str,
+        container_id: &'a str,
+        netns: &'a str,
+        ifname: &'a str,
+        args: &'a str,
+    ) -> Vec<(&'a str, &'a str)> {
+        vec![
             ("CNI_COMMAND", command),
             ("CNI_CONTAINERID", container_id),
             ("CNI_NETNS", netns),
@@ -557,9 +587,37 @@ impl Node {
             ("CNI_ARGS", args),
             ("CNI_PATH", "/opt/cni/bin"),
             ("CONTRAIL_CNI_CONF_DIR", self.conf_dir.0.to_str().unwrap()),
+        ]
+    }
+
+    /// GC (cniVersion 1.1.0) with `valid` as the valid attachments.
+    pub fn gc(&self, valid: Value) -> Output {
+        let mut conf = self.netconf("1.1.0", "contrail-k8s-cni");
+        conf["cni.dev/valid-attachments"] = valid;
+        self.call("GC", "", "", "", "", &conf)
+    }
+
+    /// Everything in the config dir besides the log file, the state root and its locks'
+    /// directory (the node's, like config-dir itself): whatever a call left behind.
+    pub fn leftovers(&self) -> Vec<String> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten() {
+                let path = e.unwrap().path();
+                out.push(path.clone());
+                if path.is_dir() && !path.is_symlink() {
+                    walk(&path, out);
+                }
+            }
+        }
+        let mut all = Vec::new();
+        walk(&self.config_dir.0, &mut all);
+        let allowed = [
+            self.config_dir.0.join("cni.log"),
+            self.ports_dir(),
+            self.ports_dir().join(".locks"),
         ];
-        env.extend_from_slice(extra);
-        run_plugin(&env, conf.to_string().as_bytes())
+        all.retain(|p| !allowed.contains(p));
+        all.iter().map(|p| p.display().to_string()).collect()
     }
 
     /// State files (vmi uuids) of a pod.
@@ -861,4 +919,101 @@ pub fn host_name(result: &Value) -> String {
         .as_str()
         .unwrap()
         .to_string()
+}
+
+// ---------------------------------------------------------------- crash points and seeds
+
+/// The crash points of ADD, in order (the `crash::point` calls in src/): the claim's file
+/// written but not yet renamed into place, the claim, the veth, the registration, the wait for
+/// the IP configuration (after a first 404), the IP configuration received, the addresses and
+/// routes.
+pub const ADD_STEPS: [&str; 7] = [
+    "renaming",
+    "claimed",
+    "veth",
+    "registered",
+    "waiting",
+    "ip",
+    "addressed",
+];
+
+/// The crash points of DEL (and of GC, which releases the same way): the veth gone, the resync
+/// marker's file written but not yet renamed into place, the marker in place, the state file
+/// removed, the pod's ports dropped by the agent (before the siblings are registered again).
+pub const DEL_STEPS: [&str; 5] = [
+    "unlinked",
+    "renaming",
+    "marked",
+    "forgotten",
+    "deregistered",
+];
+
+/// SplitMix64: small, and the same sequence for a seed on every machine.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+
+    pub fn uuid(&mut self) -> String {
+        let h = format!("{:016x}{:016x}", self.next_u64(), self.next_u64());
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
+    }
+}
+
+/// Runs `case` for `cases` fresh seeds, or for the one seed in the environment variable `var`
+/// (on shard 0 only); a failure prints its seed and how to replay it, with `describe(seed)`.
+pub fn for_each_seed(
+    var: &str,
+    test: &str,
+    cases: u64,
+    shard: u64,
+    describe: impl Fn(u64) -> String,
+    case: impl Fn(u64),
+) {
+    let seeds: Vec<u64> = match std::env::var(var) {
+        Ok(s) if shard == 0 => vec![
+            s.parse()
+                .unwrap_or_else(|_| panic!("{var} must be a number")),
+        ],
+        Ok(_) => vec![],
+        Err(_) => {
+            let base = u64::from_str_radix(&uuid().replace('-', "")[..16], 16).unwrap();
+            (0..cases).map(|i| base.wrapping_add(i)).collect()
+        }
+    };
+    for seed in seeds {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed)));
+        if let Err(e) = outcome {
+            eprintln!(
+                "seed {seed} failed: {}\nreplay: {var}={seed} cargo nextest run --release {test}",
+                describe(seed)
+            );
+            std::panic::resume_unwind(e);
+        }
+    }
 }
