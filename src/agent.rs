@@ -1,6 +1,7 @@
 //! The vRouter agent's port-IPC REST API on the node's loopback: a thin client around
 //! `vmi`'s parsers, and polling with a bounded total wait.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,14 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(40);
 const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// Answers are a few hundred bytes; anything this large is not the agent.
 const MAX_BODY: u64 = 1 << 20;
+
+/// Time this process spent in [`Agent::poll`]: one CNI call per process, so it is the call's.
+static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// How long this call has waited for the agent: its requests and the pauses between polls.
+pub fn waited() -> Duration {
+    Duration::from_nanos(WAITED_NS.load(Ordering::Relaxed))
+}
 
 pub struct Agent {
     http: ureq::Agent,
@@ -159,6 +168,18 @@ impl Agent {
     /// poll-timeout x poll-retries in all. Only transient errors are retried: garbage does not
     /// get better by asking again.
     pub fn poll<T>(
+        &self,
+        what: &str,
+        attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let result = self.poll_until_deadline(what, attempt);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        WAITED_NS.fetch_add(nanos, Ordering::Relaxed);
+        result
+    }
+
+    fn poll_until_deadline<T>(
         &self,
         what: &str,
         mut attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,

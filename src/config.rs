@@ -47,6 +47,8 @@ pub struct Contrail {
     pub log_file: Option<PathBuf>,
     pub log_level: LevelFilter,
     pub mode: Mode,
+    /// A Prometheus text file every call adds itself to (node-exporter's textfile collector).
+    pub metrics_file: Option<PathBuf>,
 }
 
 impl Contrail {
@@ -146,6 +148,7 @@ struct Layer {
     log_file: Option<String>,
     log_level: Option<Scalar>,
     mode: Option<String>,
+    metrics_file: Option<String>,
     vif_type: Option<String>,
     /// Legacy keys with no effect here: meta-plugin detection is not needed,
     /// parent-interface belongs to nested mode.
@@ -403,6 +406,11 @@ fn contrail(layers: &[(Layer, String)]) -> Result<(Contrail, Vec<String>)> {
             ))
         })?,
     };
+    // Off unless set; "" turns it off again in a later layer.
+    let metrics_file = match pick(layers, "metrics-file", |l| &l.metrics_file) {
+        None => None,
+        Some(_) => path(layers, "metrics-file", |l| &l.metrics_file, "", true)?,
+    };
     let mode = match pick(layers, "mode", |l| &l.mode) {
         None => Mode::Plugin,
         Some(m) => parse_mode(&m.value).map_err(|why| m.err(why))?,
@@ -435,6 +443,7 @@ fn contrail(layers: &[(Layer, String)]) -> Result<(Contrail, Vec<String>)> {
         log_file,
         log_level,
         mode,
+        metrics_file,
     };
     Ok((contrail, warnings))
 }

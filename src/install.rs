@@ -1,12 +1,16 @@
 //! `contrail-k8s-cni install`: puts this binary and the node-wide config in place, as the
 //! DaemonSet's init container does on every node.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, Metadata, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+
+const BINARY: &str = "contrail-k8s-cni";
 
 /// Copy this binary, and the node-wide config, into place.
 #[derive(Debug, clap::Args)]
@@ -20,6 +24,16 @@ pub struct Options {
     /// The node-wide config to install there (checked as the plugin would read it).
     #[arg(long, value_name = "FILE", requires = "conf_dir")]
     pub conf: Option<PathBuf>,
+    /// Keep running (the DaemonSet's container): install again whatever changes, sweep the
+    /// attachments of sandboxes that are gone, exit 0 on SIGTERM.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: seconds between sweeps (0: no sweep; needs --conf).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub sweep_interval: u64,
+    /// With --watch: a sandbox's attachments are swept only when their state is older than this.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub sweep_grace: u64,
 }
 
 /// Writes `bytes` to `dest` atomically: a temp file beside it, fsync, rename. A kubelet that
@@ -49,28 +63,121 @@ fn put(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     })
 }
 
-/// Installs; the message is for the operator's terminal.
+/// Installs; the message is for the operator's terminal. With `--watch`, then keeps running.
 pub fn run(opts: &Options) -> Result<String> {
-    let mut done = Vec::new();
-    let me = std::env::current_exe().map_err(Error::io("finding", Path::new("this binary")))?;
-    let bytes = fs::read(&me).map_err(Error::io("reading", &me))?;
-    let dest = opts.bin_dir.join("contrail-k8s-cni");
-    put(&dest, &bytes, 0o755)?;
-    done.push(format!(
-        "installed {} ({} bytes)",
-        dest.display(),
-        bytes.len()
-    ));
+    let me = own_binary()?;
+    let dest = opts.bin_dir.join(BINARY);
+    put(&dest, &me, 0o755)?;
+    let mut done = vec![format!("installed {} ({} bytes)", dest.display(), me.len())];
     if let (Some(dir), Some(file)) = (&opts.conf_dir, &opts.conf) {
-        let text = fs::read(file).map_err(Error::io("reading", file))?;
-        // Refuse to install a config the plugin itself would reject on every pod.
-        crate::config::parse_named(&text, &file.display().to_string(), None)?;
-        let name = file
-            .file_name()
-            .ok_or_else(|| Error::config(file.display(), "is not a file name"))?;
-        let dest = dir.join(name);
-        put(&dest, &text, 0o644)?;
+        let dest = install_conf(dir, file)?;
         done.push(format!("installed {}", dest.display()));
     }
-    Ok(done.join("\n"))
+    let done = done.join("\n");
+    if !opts.watch {
+        return Ok(done);
+    }
+    crate::logging::init(None, log::LevelFilter::Info);
+    log::info!("{}", done.replace('\n', "; "));
+    watch(opts, &me);
+    Ok("stopped on a signal".into())
+}
+
+fn own_binary() -> Result<Vec<u8>> {
+    let me = std::env::current_exe().map_err(Error::io("finding", Path::new("this binary")))?;
+    fs::read(&me).map_err(Error::io("reading", &me))
+}
+
+/// Installs the node-wide config `file` into `dir`, refusing a config the plugin itself would
+/// reject on every pod.
+fn install_conf(dir: &Path, file: &Path) -> Result<PathBuf> {
+    let text = fs::read(file).map_err(Error::io("reading", file))?;
+    crate::config::parse_named(&text, &file.display().to_string(), None)?;
+    let name = file
+        .file_name()
+        .ok_or_else(|| Error::config(file.display(), "is not a file name"))?;
+    let dest = dir.join(name);
+    put(&dest, &text, 0o644)?;
+    Ok(dest)
+}
+
+/// Set by SIGTERM or SIGINT: `--watch` ends its loop and exits 0.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// How often `--watch` looks at the ConfigMap and the installed binary: a change reaches the
+/// node within this.
+const WATCH_TICK: Duration = Duration::from_millis(200);
+
+/// What tells a file changed without reading it.
+fn stamp(m: &Metadata) -> (u64, u64, i64, i64) {
+    (m.ino(), m.len(), m.mtime(), m.mtime_nsec())
+}
+
+/// `install --watch`: installs the config again when the mounted ConfigMap changes (kubelet
+/// swaps its `..data` link; the file is read through it), installs this binary again when
+/// something else replaced the node's copy, and sweeps (see [`crate::node::sweep`]) every
+/// `--sweep-interval`, until SIGTERM.
+fn watch(opts: &Options, me: &[u8]) {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, stop as *const () as libc::sighandler_t);
+    }
+    let bin = opts.bin_dir.join(BINARY);
+    let stamp_of = |p: &Path| fs::metadata(p).ok().map(|m| stamp(&m));
+    let mut seen_bin = stamp_of(&bin);
+    let mut seen_conf = opts.conf.as_ref().and_then(|f| fs::read(f).ok());
+    let interval = Duration::from_secs(opts.sweep_interval);
+    let mut next_sweep = Instant::now() + interval;
+    while !STOP.load(Ordering::Relaxed) {
+        if stamp_of(&bin) != seen_bin {
+            if fs::read(&bin).ok().as_deref() != Some(me) {
+                match put(&bin, me, 0o755) {
+                    Ok(()) => {
+                        log::info!("{} was replaced: installed this one again", bin.display())
+                    }
+                    Err(e) => log::error!("{e}"),
+                }
+            }
+            seen_bin = stamp_of(&bin);
+        }
+        if let (Some(dir), Some(file)) = (&opts.conf_dir, &opts.conf) {
+            let text = fs::read(file).ok();
+            if text.is_some() && text != seen_conf {
+                match install_conf(dir, file) {
+                    Ok(dest) => {
+                        log::info!("{} changed: installed {}", file.display(), dest.display())
+                    }
+                    Err(e) => log::error!(
+                        "{} changed but is refused; the node's copy is left as it was: {e}",
+                        file.display()
+                    ),
+                }
+                seen_conf = text;
+            }
+        }
+        if let Some(file) = opts.conf.as_ref().filter(|_| !interval.is_zero()) {
+            if Instant::now() >= next_sweep {
+                sweep(file, Duration::from_secs(opts.sweep_grace));
+                next_sweep = Instant::now() + interval;
+            }
+        }
+        std::thread::sleep(WATCH_TICK);
+    }
+    log::info!("stopping on a signal");
+}
+
+/// One sweep with the config as it is now; a failure is logged, and the next sweep tries again.
+fn sweep(file: &Path, grace: Duration) {
+    let swept = fs::read(file)
+        .map_err(Error::io("reading", file))
+        .and_then(|text| crate::config::parse_named(&text, &file.display().to_string(), None))
+        .and_then(|conf| crate::node::sweep(&conf, grace));
+    if let Err(e) = swept {
+        log::error!("sweep: {e}");
+    }
 }

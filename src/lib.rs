@@ -14,6 +14,7 @@ pub mod error;
 pub mod inspect;
 pub mod install;
 pub mod logging;
+pub mod metrics;
 pub mod netlink;
 pub mod node;
 pub mod pod;
@@ -96,6 +97,17 @@ pub fn run(env: &Env, stdin: &[u8], version: &mut String) -> Result<Option<Value
     match &result {
         Ok(_) => log::info!("{what} vmi={vmi}: ok in {ms:.1} ms"),
         Err(e) => log::error!("{what} vmi={vmi}: failed in {ms:.1} ms: {e}"),
+    }
+    if let Some(path) = &conf.contrail.metrics_file {
+        let call = metrics::Call {
+            command: env.command.as_str(),
+            code: result.as_ref().err().map_or(0, Error::code),
+            took: started.elapsed(),
+            agent_wait: agent::waited(),
+        };
+        if let Err(e) = metrics::record(path, &call) {
+            log::warn!("updating metrics file {}: {e}", path.display());
+        }
     }
     result
 }

@@ -25,6 +25,7 @@ use contrail_k8s_cni::config::{self, NetConf};
 use contrail_k8s_cni::error::code;
 use contrail_k8s_cni::pod::{self, Pod};
 use contrail_k8s_cni::vmi::{self, Attachment, Claim, IpConfig, Mac, Unresolved, Vmi, valid_uuid};
+use contrail_testkit::uuid_of;
 
 /// `cases` per property, unless `PROPTEST_CASES` asks for more (a soak).
 fn config(cases: u32) -> ProptestConfig {
@@ -253,18 +254,6 @@ fn hostile_name() -> BoxedStrategy<String> {
         "[a-z]{1,4}[/\\\\ \\x00:;=é\u{a0}][a-z]{0,4}",
     ]
     .boxed()
-}
-
-fn uuid_of(n: u128) -> String {
-    let h = format!("{n:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
 }
 
 fn uuid() -> BoxedStrategy<String> {

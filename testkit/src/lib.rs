@@ -973,16 +973,21 @@ impl Rng {
     }
 
     pub fn uuid(&mut self) -> String {
-        let h = format!("{:016x}{:016x}", self.next_u64(), self.next_u64());
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..]
-        )
+        uuid_of(u128::from(self.next_u64()) << 64 | u128::from(self.next_u64()))
     }
+}
+
+/// The uuid spelling of a number (8-4-4-4-12 lower-case hex digits).
+pub fn uuid_of(n: u128) -> String {
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// Runs `case` for `cases` fresh seeds, or for the one seed in the environment variable `var`

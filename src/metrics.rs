@@ -1,0 +1,302 @@
+//! `metrics-file`: a Prometheus text-format file for node-exporter's textfile collector. The
+//! plugin lives for milliseconds, so every call adds itself to the file: read, update, write a
+//! temp file and rename it, under a lock beside the file. A file this module cannot read (from
+//! another version, or torn by hand) starts the counts over; metrics never fail a call.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// Upper bounds of the histograms' buckets, in seconds: a call takes milliseconds when the
+/// agent is ready and up to `poll-timeout` x `poll-retries` when it is not.
+const BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+const CALLS: &str = "contrail_cni_calls_total";
+const DURATION: &str = "contrail_cni_call_duration_seconds";
+const AGENT_WAIT: &str = "contrail_cni_agent_wait_seconds";
+const LAST_FAILURE: &str = "contrail_cni_last_failure_timestamp_seconds";
+
+/// One finished call.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub command: &'a str,
+    /// The CNI error code, 0 for success.
+    pub code: u32,
+    pub took: Duration,
+    /// Time spent on requests to the agent and the pauses between them.
+    pub agent_wait: Duration,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Histogram {
+    /// Non-cumulative counts per bucket of [`BUCKETS`], then the `+Inf` bucket.
+    counts: [u64; BUCKETS.len() + 1],
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(BUCKETS.len());
+        self.counts[i] += 1;
+        self.sum += s;
+    }
+
+    fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
+/// The file's content as data.
+#[derive(Debug, Default, PartialEq)]
+struct Metrics {
+    calls: BTreeMap<(String, u32), u64>,
+    duration: BTreeMap<String, Histogram>,
+    agent_wait: BTreeMap<String, Histogram>,
+    last_failure: Option<f64>,
+}
+
+impl Metrics {
+    fn add(&mut self, call: &Call, now: f64) {
+        *self
+            .calls
+            .entry((call.command.to_string(), call.code))
+            .or_default() += 1;
+        let cmd = call.command.to_string();
+        self.duration
+            .entry(cmd.clone())
+            .or_default()
+            .observe(call.took);
+        self.agent_wait
+            .entry(cmd)
+            .or_default()
+            .observe(call.agent_wait);
+        if call.code != 0 {
+            self.last_failure = Some(now);
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP {CALLS} CNI calls by command and result (the CNI error code, 0 for success).\n\
+             # TYPE {CALLS} counter"
+        );
+        for ((command, code), n) in &self.calls {
+            let _ = writeln!(out, "{CALLS}{{command=\"{command}\",code=\"{code}\"}} {n}");
+        }
+        let histograms = [
+            (
+                DURATION,
+                "Duration of CNI calls by command.",
+                &self.duration,
+            ),
+            (
+                AGENT_WAIT,
+                "Time CNI calls spent on the vRouter agent (requests and the pauses between polls).",
+                &self.agent_wait,
+            ),
+        ];
+        for (name, help, by_command) in histograms {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for (command, h) in by_command {
+                let mut cumulative = 0;
+                for (i, n) in h.counts.iter().enumerate() {
+                    cumulative += n;
+                    let le = BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+                    let _ = writeln!(
+                        out,
+                        "{name}_bucket{{command=\"{command}\",le=\"{le}\"}} {cumulative}"
+                    );
+                }
+                let _ = writeln!(out, "{name}_sum{{command=\"{command}\"}} {}", h.sum);
+                let _ = writeln!(out, "{name}_count{{command=\"{command}\"}} {}", h.count());
+            }
+        }
+        if let Some(t) = self.last_failure {
+            let _ = writeln!(
+                out,
+                "# HELP {LAST_FAILURE} When a CNI call last failed (Unix time).\n\
+                 # TYPE {LAST_FAILURE} gauge\n{LAST_FAILURE} {t:.3}"
+            );
+        }
+        out
+    }
+
+    /// Reads what [`Metrics::render`] wrote; `None` for anything else.
+    fn parse(text: &str) -> Option<Metrics> {
+        let mut m = Metrics::default();
+        for line in text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, labels(rest.strip_suffix('}')?)?),
+                None => (series, Vec::new()),
+            };
+            let label = |key: &str| labels.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+            if name == CALLS {
+                let key = (label("command")?.to_string(), label("code")?.parse().ok()?);
+                m.calls.insert(key, value.parse().ok()?);
+            } else if name == LAST_FAILURE {
+                m.last_failure = Some(value.parse().ok()?);
+            } else {
+                let (family, part) = name.rsplit_once('_')?;
+                let by_command = match family {
+                    DURATION => &mut m.duration,
+                    AGENT_WAIT => &mut m.agent_wait,
+                    _ => return None,
+                };
+                let h = by_command.entry(label("command")?.to_string()).or_default();
+                match part {
+                    "bucket" => {
+                        let le = label("le")?;
+                        let i = match le {
+                            "+Inf" => BUCKETS.len(),
+                            le => BUCKETS.iter().position(|b| b.to_string() == le)?,
+                        };
+                        // Stored cumulative: the bucket's own count is the difference.
+                        let cumulative: u64 = value.parse().ok()?;
+                        let below: u64 = h.counts[..i].iter().sum();
+                        h.counts[i] = cumulative.checked_sub(below)?;
+                    }
+                    "sum" => h.sum = value.parse().ok()?,
+                    "count" => {}
+                    _ => return None,
+                }
+            }
+        }
+        Some(m)
+    }
+}
+
+/// `key="value",...` (values without escapes: commands, codes and bounds need none).
+fn labels(text: &str) -> Option<Vec<(&str, &str)>> {
+    text.split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k, v.strip_prefix('"')?.strip_suffix('"')?))
+        })
+        .collect()
+}
+
+/// Adds `call` to the metrics file at `path`.
+pub fn record(path: &Path, call: &Call) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let lock = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(format!(".{name}.lock")))?;
+    let _held = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    let mut metrics = match fs::read_to_string(path) {
+        Ok(text) => Metrics::parse(&text).unwrap_or_else(|| {
+            log::warn!(
+                "{}: not this plugin's metrics: starting over",
+                path.display()
+            );
+            Metrics::default()
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Metrics::default(),
+        Err(e) => return Err(e),
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    metrics.add(call, now);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f: File = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    f.write_all(metrics.render().as_bytes())?;
+    fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(command: &str, code: u32, ms: u64) -> Call<'_> {
+        Call {
+            command,
+            code,
+            took: Duration::from_millis(ms),
+            agent_wait: Duration::from_millis(ms / 2),
+        }
+    }
+
+    #[test]
+    fn what_is_rendered_parses_back_to_the_same() {
+        let mut m = Metrics::default();
+        for (i, c) in [
+            call("ADD", 0, 3),
+            call("ADD", 0, 40_000),
+            call("ADD", 11, 60_000),
+            call("DEL", 0, 20),
+            call("CHECK", 103, 1),
+        ]
+        .iter()
+        .enumerate()
+        {
+            m.add(c, 1_700_000_000.0 + i as f64);
+        }
+        let text = m.render();
+        assert_eq!(Metrics::parse(&text), Some(m), "{text}");
+    }
+
+    #[test]
+    fn counts_and_buckets_add_up() {
+        let mut m = Metrics::default();
+        m.add(&call("ADD", 0, 3), 1.0);
+        m.add(&call("ADD", 0, 3), 2.0);
+        m.add(&call("ADD", 7, 200), 3.0);
+        let text = m.render();
+        assert!(text.contains("contrail_cni_calls_total{command=\"ADD\",code=\"0\"} 2\n"));
+        assert!(text.contains("contrail_cni_calls_total{command=\"ADD\",code=\"7\"} 1\n"));
+        assert!(text.contains(
+            "contrail_cni_call_duration_seconds_bucket{command=\"ADD\",le=\"0.005\"} 2\n"
+        ));
+        assert!(text.contains(
+            "contrail_cni_call_duration_seconds_bucket{command=\"ADD\",le=\"+Inf\"} 3\n"
+        ));
+        assert!(text.contains("contrail_cni_call_duration_seconds_count{command=\"ADD\"} 3\n"));
+        assert!(text.contains("contrail_cni_last_failure_timestamp_seconds 3.000\n"));
+    }
+
+    #[test]
+    fn a_file_that_is_not_ours_is_refused() {
+        for text in [
+            "foo 1",
+            "contrail_cni_calls_total{command=\"ADD\"} 1",
+            "contrail_cni_calls_total 1",
+            "contrail_cni_call_duration_seconds_bucket{command=\"ADD\",le=\"7\"} 1",
+            "contrail_cni_calls_total{command=\"ADD\",code=\"0\"} x",
+        ] {
+            assert_eq!(Metrics::parse(text), None, "{text}");
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! Shipping: the container image (built with podman from `Containerfile`), the DaemonSet's
+//! long-running `install --watch` (ConfigMap changes, a replaced binary, SIGTERM), its sweep of
+//! gone sandboxes, and the metrics file read by a real Prometheus text-format parser.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use contrail_testkit::*;
+use serde_json::{Value, json};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The bound for what `--watch` promises within a second (it looks every 200 ms).
+const WITHIN_A_SECOND: Duration = Duration::from_secs(1);
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- the image
+
+/// Podman with storage of its own (removed with the directory), as tests/podman.rs runs it:
+/// vfs, cgroupfs and runc work on every machine here; the explicit ulimits too.
+struct Podman(TempDir);
+
+impl Podman {
+    fn run(&self, args: &[&str]) -> String {
+        let root = self.0.0.join("root");
+        let runroot = self.0.0.join("runroot");
+        let mut all = vec![
+            "--root",
+            root.to_str().unwrap(),
+            "--runroot",
+            runroot.to_str().unwrap(),
+            "--storage-driver",
+            "vfs",
+            "--cgroup-manager",
+            "cgroupfs",
+            "--runtime",
+            "runc",
+        ];
+        all.extend(args);
+        if args[0] == "run" {
+            let at = all.len() - args.len() + 1;
+            for (i, a) in [
+                "--ulimit",
+                "nofile=20000:20000",
+                "--ulimit",
+                "nproc=4096:4096",
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                all.insert(at + i, a);
+            }
+        }
+        sh("podman", &all)
+    }
+}
+
+#[test]
+fn the_image_is_the_static_binary_alone_and_its_installer_works() {
+    let podman = Podman(TempDir::new());
+    // The README's command; FROM scratch pulls nothing.
+    let image = "localhost/contrail-k8s-cni:test";
+    let repo_dir = repo("");
+    podman.run(&[
+        "build",
+        "--quiet",
+        "-f",
+        repo("Containerfile").to_str().unwrap(),
+        "-t",
+        image,
+        repo_dir.to_str().unwrap(),
+    ]);
+    let host = TempDir::new();
+    let conf = TempDir::new();
+    std::fs::copy(
+        repo("netconf/10-contrail.conf"),
+        conf.0.join("10-contrail.conf"),
+    )
+    .unwrap();
+    // The DaemonSet's init container, as podman runs it: no network, the host's paths mounted.
+    let host_mount = format!("{}:/host", host.0.display());
+    let conf_mount = format!("{}:/etc/contrail-k8s-cni:ro", conf.0.display());
+    podman.run(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        &host_mount,
+        "-v",
+        &conf_mount,
+        image,
+        "install",
+        "--bin-dir",
+        "/host/opt/cni/bin",
+        "--conf-dir",
+        "/host/etc/cni/net.d",
+        "--conf",
+        "/etc/contrail-k8s-cni/10-contrail.conf",
+    ]);
+    let installed = host.0.join("opt/cni/bin/contrail-k8s-cni");
+    assert_eq!(
+        std::fs::read(&installed).unwrap(),
+        std::fs::read(plugin_bin()).unwrap(),
+        "the image carries this build's binary"
+    );
+    assert_eq!(
+        read(&host.0.join("etc/cni/net.d/10-contrail.conf")),
+        read(&repo("netconf/10-contrail.conf"))
+    );
+    // The installed binary runs on the host as a runtime runs it.
+    let out = run_cni(&installed, &[("CNI_COMMAND", "VERSION")], b"{}");
+    assert!(
+        out.json()["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("1.1.0"))),
+        "{}",
+        out.stdout
+    );
+    let version = podman.run(&["run", "--rm", "--network", "none", image, "--version"]);
+    assert!(version.starts_with("contrail-k8s-cni 0.1.0"), "{version}");
+    // FROM scratch and one COPY: the binary is all there is.
+    let layers = podman.run(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{len .RootFS.Layers}}",
+        image,
+    ]);
+    assert_eq!(layers.trim(), "1");
+}
+
+#[test]
+fn the_release_binary_is_a_static_pie() {
+    let out = sh("file", &[plugin_bin().to_str().unwrap()]);
+    assert!(out.contains("static-pie linked"), "{out}");
+}
+
+// ---------------------------------------------------------------- install --watch
+
+/// A directory laid out as kubelet mounts a ConfigMap: each version in a `..<timestamp>`
+/// directory, `..data` pointing at the current one, each key a link through `..data`.
+struct ConfigMapDir {
+    dir: TempDir,
+    generation: u32,
+}
+
+impl ConfigMapDir {
+    fn new(files: &[(&str, &str)]) -> ConfigMapDir {
+        let mut cm = ConfigMapDir {
+            dir: TempDir::new(),
+            generation: 0,
+        };
+        cm.publish(files);
+        cm
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.0.join(key)
+    }
+
+    /// Kubelet's atomic update: a new version directory, `..data` swapped by a rename.
+    fn publish(&mut self, files: &[(&str, &str)]) {
+        self.generation += 1;
+        let version = format!("..2026_11_23_00_00_0{}.{}", self.generation, tag());
+        let vdir = self.dir.0.join(&version);
+        std::fs::create_dir(&vdir).unwrap();
+        for (key, body) in files {
+            std::fs::write(vdir.join(key), body).unwrap();
+        }
+        let old = std::fs::read_link(self.dir.0.join("..data")).ok();
+        symlink(&version, self.dir.0.join("..data_tmp")).unwrap();
+        std::fs::rename(self.dir.0.join("..data_tmp"), self.dir.0.join("..data")).unwrap();
+        for (key, _) in files {
+            let link = self.dir.0.join(key);
+            if link.symlink_metadata().is_err() {
+                symlink(format!("..data/{key}"), link).unwrap();
+            }
+        }
+        if let Some(old) = old {
+            std::fs::remove_dir_all(self.dir.0.join(old)).unwrap();
+        }
+    }
+}
+
+/// `install --watch` running as the DaemonSet's container; stopped (SIGKILL) on drop if the
+/// test did not stop it.
+struct Watch {
+    child: Child,
+    log: PathBuf,
+    _log_dir: TempDir,
+}
+
+impl Watch {
+    fn start(bin_dir: &Path, conf_dir: &Path, conf: &Path, extra: &[&str]) -> Watch {
+        let log_dir = TempDir::new();
+        let log = log_dir.0.join("watch.log");
+        let child = Command::new(plugin_bin())
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .args(["install", "--watch", "--bin-dir"])
+            .arg(bin_dir)
+            .arg("--conf-dir")
+            .arg(conf_dir)
+            .arg("--conf")
+            .arg(conf)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Watch {
+            child,
+            log,
+            _log_dir: log_dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        read(&self.log)
+    }
+
+    /// SIGTERM, as kubelet stops a container: the process exits 0.
+    fn terminate(mut self) {
+        sh("kill", &["-TERM", &self.child.id().to_string()]);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}: {}", self.log());
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node_conf(mtu: u32) -> String {
+    json!({"cniVersion": "0.3.1", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
+           "contrail": {"mtu": mtu, "config-dir": "/var/lib/contrail/ports/vm"}})
+    .to_string()
+}
+
+#[test]
+fn watch_installs_configmap_changes_refuses_bad_ones_and_restores_the_binary() {
+    let mut cm = ConfigMapDir::new(&[("10-contrail.conf", &node_conf(1500))]);
+    let host = TempDir::new();
+    let (bin_dir, conf_dir) = (host.0.join("opt/cni/bin"), host.0.join("etc/cni/net.d"));
+    let installed = conf_dir.join("10-contrail.conf");
+    let bin = bin_dir.join("contrail-k8s-cni");
+    let watch = Watch::start(
+        &bin_dir,
+        &conf_dir,
+        &cm.path("10-contrail.conf"),
+        &["--sweep-interval", "0"],
+    );
+    wait_for("the first install", Duration::from_secs(5), || {
+        read(&installed) == node_conf(1500)
+    });
+    // A ConfigMap edit reaches the node.
+    cm.publish(&[("10-contrail.conf", &node_conf(1400))]);
+    wait_for("the edit on the node", WITHIN_A_SECOND, || {
+        read(&installed) == node_conf(1400)
+    });
+    // A config the plugin would reject is refused, logged, and the node keeps the last good one.
+    cm.publish(&[("10-contrail.conf", &node_conf(10))]);
+    wait_for("the refusal in the log", WITHIN_A_SECOND, || {
+        watch.log().contains("refused")
+    });
+    assert!(watch.log().contains("contrail.mtu"), "{}", watch.log());
+    assert_eq!(read(&installed), node_conf(1400));
+    // A binary something else put there is replaced by the image's.
+    std::fs::write(&bin, b"#!/bin/sh\nexit 1\n").unwrap();
+    let ours = std::fs::read(plugin_bin()).unwrap();
+    wait_for("the binary installed again", WITHIN_A_SECOND, || {
+        std::fs::read(&bin).ok() == Some(ours.clone())
+    });
+    watch.terminate();
+}
+
+fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns) {
+    let conf = node.netconf("1.0.0", "default");
+    node.call("ADD", cid, &ns.path(), "eth0", &pod.multus_args(cid), &conf)
+        .assert_ok();
+}
+
+#[test]
+fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
+    let live = PodSpec::new(vec![VmiSpec::new("default", 1)]);
+    let gone = PodSpec::new(vec![VmiSpec::new("default", 2)]);
+    let sim = Sim::start(&[&live, &gone], &[]);
+    let node = Node::new(&sim);
+    let (live_ns, gone_ns) = (Netns::new(), Netns::new());
+    let (live_cid, gone_cid) = (uuid(), uuid());
+    add(&node, &live, &live_cid, &live_ns);
+    add(&node, &gone, &gone_cid, &gone_ns);
+    // The sandbox went without a DEL (a lost Multus cache): its netns is gone.
+    drop(gone_ns);
+    let gone_tap = host_ifname(&gone.vmis[0].uuid);
+    assert!(
+        host_link_exists(&gone_tap),
+        "a veth outlives its netns' removal only on the host side"
+    );
+
+    let conf_src = TempDir::new();
+    let conf = conf_src.0.join("10-contrail.conf");
+    std::fs::write(&conf, node.netconf("0.3.1", "contrail-k8s-cni").to_string()).unwrap();
+    let host = TempDir::new();
+    let (bin_dir, conf_dir) = (host.0.join("bin"), host.0.join("net.d"));
+    // Within the grace period: nothing is swept.
+    let watch = Watch::start(
+        &bin_dir,
+        &conf_dir,
+        &conf,
+        &["--sweep-interval", "1", "--sweep-grace", "3600"],
+    );
+    wait_for("a sweep", Duration::from_secs(5), || {
+        watch.log().contains("sweep released 0 attachment(s)")
+    });
+    assert!(node.pod_dir_exists(&gone));
+    watch.terminate();
+    // Past it: the gone sandbox is released as GC releases it; the live one is untouched.
+    let watch = Watch::start(
+        &bin_dir,
+        &conf_dir,
+        &conf,
+        &["--sweep-interval", "1", "--sweep-grace", "0"],
+    );
+    wait_for("the gone sandbox released", Duration::from_secs(5), || {
+        !node.pod_dir_exists(&gone)
+    });
+    watch.terminate();
+    assert!(!host_link_exists(&gone_tap));
+    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.0).collect();
+    assert_eq!(ports, [live.vmis[0].uuid.clone()]);
+    assert_eq!(node.state_files(&live), [live.vmis[0].uuid.clone()]);
+    assert_eq!(live_ns.mac("eth0"), live.vmis[0].mac);
+    node.call(
+        "DEL",
+        &live_cid,
+        &live_ns.path(),
+        "eth0",
+        &live.multus_args(&live_cid),
+        &node.netconf("1.0.0", "default"),
+    )
+    .assert_ok();
+    assert_eq!(node.leftovers(), [] as [String; 0]);
+}
+
+// ---------------------------------------------------------------- metrics
+
+/// The samples of a Prometheus text file, as the `prometheus_client` package parses it:
+/// (name, labels, value).
+fn parse_prometheus(file: &Path) -> Vec<(String, Value, f64)> {
+    let python = repo("target/venv-test/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: scripts/test creates it (python3 -m venv target/venv-test && \
+         target/venv-test/bin/pip install prometheus-client)",
+        python.display()
+    );
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = []
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for s in family.samples:
+        out.append([s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let out = sh(
+        python.to_str().unwrap(),
+        &["-c", script, file.to_str().unwrap()],
+    );
+    serde_json::from_str::<Vec<(String, Value, f64)>>(&out).unwrap()
+}
+
+fn sample(samples: &[(String, Value, f64)], name: &str, labels: Value) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| n == name && *l == labels)
+        .map(|s| s.2)
+}
+
+#[test]
+fn the_metrics_file_adds_up_after_concurrent_calls() {
+    let pods: Vec<PodSpec> = (1..=8)
+        .map(|n| PodSpec::new(vec![VmiSpec::new("default", n)]))
+        .collect();
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let mut node = Node::new(&sim);
+    let collector = TempDir::new();
+    let metrics = collector.0.join("contrail-k8s-cni.prom");
+    node.contrail["metrics-file"] = json!(metrics.to_str().unwrap());
+    let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let conf = node.netconf("1.0.0", "default");
+    let each = |command: &str| {
+        std::thread::scope(|s| {
+            for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids) {
+                let (node, conf) = (&node, &conf);
+                s.spawn(move || {
+                    let args = pod.multus_args(cid);
+                    let out = node.call(command, cid, &ns.path(), "eth0", &args, conf);
+                    out.assert_ok();
+                });
+            }
+        })
+    };
+    each("ADD");
+    each("DEL");
+    // One failure: a network the pod does not have (code 101).
+    let args = pods[0].multus_args(&cids[0]);
+    let out = node.call(
+        "ADD",
+        &cids[0],
+        &spaces[0].path(),
+        "net1",
+        &args,
+        &node.netconf("1.0.0", "net-x"),
+    );
+    assert_eq!(out.code(), 101);
+
+    let samples = parse_prometheus(&metrics);
+    let calls = |command: &str, code: &str| {
+        sample(
+            &samples,
+            "contrail_cni_calls_total",
+            json!({"command": command, "code": code}),
+        )
+    };
+    assert_eq!(calls("ADD", "0"), Some(8.0));
+    assert_eq!(calls("DEL", "0"), Some(8.0));
+    assert_eq!(calls("ADD", "101"), Some(1.0));
+    for (command, n) in [("ADD", 9.0), ("DEL", 8.0)] {
+        for family in [
+            "contrail_cni_call_duration_seconds",
+            "contrail_cni_agent_wait_seconds",
+        ] {
+            let count = format!("{family}_count");
+            let inf = format!("{family}_bucket");
+            assert_eq!(
+                sample(&samples, &count, json!({"command": command})),
+                Some(n),
+                "{family}"
+            );
+            assert_eq!(
+                sample(&samples, &inf, json!({"command": command, "le": "+Inf"})),
+                Some(n)
+            );
+        }
+    }
+    let sum = sample(
+        &samples,
+        "contrail_cni_call_duration_seconds_sum",
+        json!({"command": "ADD"}),
+    )
+    .unwrap();
+    assert!(sum > 0.0 && sum < 60.0, "{sum}");
+    assert!(
+        sample(
+            &samples,
+            "contrail_cni_last_failure_timestamp_seconds",
+            json!({})
+        )
+        .is_some()
+    );
+    // Only the file and its lock: no temp file left by a writer.
+    let mut names: Vec<String> = std::fs::read_dir(&collector.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [".contrail-k8s-cni.prom.lock", "contrail-k8s-cni.prom"]
+    );
+}
+
+#[test]
+fn the_daemonset_runs_the_project_image_alone_and_watches() {
+    let text = read(&repo("deploy/contrail-k8s-cni.yaml"));
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+    let spec = &ds["spec"]["template"]["spec"];
+    let containers: Vec<&serde_yaml::Value> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_sequence().unwrap())
+        .collect();
+    for c in &containers {
+        assert_eq!(c["image"].as_str(), Some("contrail-k8s-cni:0.1.0"), "{c:?}");
+    }
+    let main = &spec["containers"][0]["command"];
+    let args: Vec<&str> = main
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(&args[1..3], ["install", "--watch"]);
+    // Every flag the manifest passes is one the binary takes.
+    let help = String::from_utf8(
+        Command::new(plugin_bin())
+            .args(["install", "--help"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for flag in args.iter().filter(|a| a.starts_with("--")) {
+        assert!(help.contains(flag), "{flag} is not in install --help");
+    }
+}
