@@ -4,9 +4,11 @@
 //! `port_ipc/rest_server.cc` and `port_ipc_handler.cc`) so that a plugin that works against it
 //! works unchanged against the real agent: same paths, status codes, bodies, UUID ordering,
 //! kept-alive connections, and an IP configuration that exists only once the port was
-//! registered with `POST /vm`. The only addition is `GET /sim/ports`, which the plugin never
-//! calls: the registered ports, each with `sim-registered-ns`, when it was registered on the
-//! node's CLOCK_MONOTONIC (for the benchmark's readiness lag).
+//! registered with `POST /vm`. The only additions are under `/sim/`, which the plugin never
+//! calls: `GET /sim/ports`, the registered ports, each with `sim-registered-ns`, when it was
+//! registered on the node's CLOCK_MONOTONIC (for the benchmark's readiness lag), and `GET
+//! /sim/stats`, `{"requests": N}`, every request served so far but the `/sim/` ones (for the
+//! benchmark's request counts).
 //!
 //! Usage: `agent_sim --help`.
 //!
@@ -491,9 +493,18 @@ struct Sim {
     delay: Duration,
     state_dir: Option<PathBuf>,
     state: Mutex<State>,
+    /// Requests read so far, malformed ones included, the simulator's own (`/sim/`) excluded.
+    served: AtomicUsize,
 }
 
 impl Sim {
+    /// Counts a request for `GET /sim/stats`, unless it is one of the simulator's own.
+    fn count(&self, request: &Result<Request, u16>) {
+        if !request.as_ref().is_ok_and(|r| r.path.starts_with("/sim/")) {
+            self.served.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panicked handler must not take every later request down with it.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -540,6 +551,9 @@ impl Sim {
             ("DELETE", ["", "vm", vm]) if is_uuid(vm) => Ok(self.deregister(vm)),
             ("GET", ["", "sim", "ports"]) => {
                 Ok(self.lock().ports.values().map(Port::listed).collect())
+            }
+            ("GET", ["", "sim", "stats"]) => {
+                Ok(json!({"requests": self.served.load(Ordering::SeqCst)}))
             }
             // The agent's router answers this for every path no handler matches.
             _ => Err((404, "Unknown Request".into())),
@@ -770,6 +784,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
     let mut reader = BufReader::new(&stream);
     while let Some(request) = read_request(&mut reader).transpose() {
+        sim.count(&request);
         thread::sleep(sim.delay);
         let req = match request {
             Ok(req) => req,
@@ -997,6 +1012,7 @@ fn main() {
         delay: Duration::from_millis(args.delay_ms),
         state_dir: args.state_dir,
         state: Mutex::new(State { first_seen, ports }),
+        served: AtomicUsize::new(0),
     });
     for conn in listener.incoming() {
         match conn {

@@ -13,10 +13,11 @@ use crate::vmi::{self, IpConfig, Vmi};
 
 /// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`] (or
 /// poll-timeout if that is shorter), so an agent that is ready within milliseconds is seen
-/// within milliseconds, and one that takes seconds is seen within 40 ms of becoming ready
-/// (at most 25 requests a second per waiting call, to an agent on loopback).
+/// within milliseconds, and one that takes seconds is seen within 20 ms of becoming ready
+/// (10 ms on average), for at most 50 requests a second per waiting call: the agent is one
+/// process serving every pod of the node.
 const FIRST_POLL_PAUSE: Duration = Duration::from_millis(5);
-const MAX_POLL_PAUSE: Duration = Duration::from_millis(40);
+const MAX_POLL_PAUSE: Duration = Duration::from_millis(20);
 /// The shortest time worth giving one request near the end of the wait.
 const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// Answers are a few hundred bytes; anything this large is not the agent.

@@ -741,10 +741,7 @@ fn create_veth(host: &mut Socket, mtu: u32, record: &Record, netns: &Netns) -> R
         }
         other => other,
     }?;
-    let link = host
-        .link(&record.host_ifname)?
-        .ok_or_else(|| vanished(&record.host_ifname))?;
-    Ok(host.set_up(link.index)?)
+    Ok(())
 }
 
 fn vanished(name: &str) -> Error {

@@ -287,6 +287,7 @@ impl Socket {
     /// inside `ns` (its link message carries `IFLA_NET_NS_FD`, name, MAC and MTU), so the
     /// container side never exists under its name on the host, where it could clash with a
     /// host link. Neither end is set up here.
+    /// Creates a veth, the host end up, the peer (down) directly in `ns`.
     pub fn create_veth(&mut self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
         let op = || format!("create veth {}/{}", host.name, peer.name);
         for name in [host.name, peer.name] {
@@ -303,6 +304,11 @@ impl Socket {
             .attributes
             .push(LinkAttribute::NetNsFd(ns.file.as_raw_fd()));
         let mut message = veth_end(host);
+        // The host end comes up with its creation (a lookup and a request less). Not the peer:
+        // the kernel configures it before the pair is joined, and a veth without its peer
+        // refuses to come up (ENOTCONN).
+        message.header.flags = LinkFlags::Up;
+        message.header.change_mask = LinkFlags::Up;
         message.attributes.push(LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_message))),

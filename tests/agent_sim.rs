@@ -284,3 +284,22 @@ fn connections_stay_open_between_requests() {
         "HTTP/1.1 200 OK"
     );
 }
+
+#[test]
+fn stats_count_every_request_served_but_the_simulators_own() {
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    let requests = || call(&sim, "GET", "/sim/stats", None).1;
+    assert_eq!(requests(), json!({"requests": 0}));
+    let body = port(&sim, &pod, 0, "tap00000000000b"); // one GET /vm-cfg
+    // Requests, not connections: four on one kept-alive connection, answered 200 or 404 alike.
+    let mut conn = connect(&sim);
+    exchange(&mut conn, "POST", "/vm", Some(&body));
+    exchange(&mut conn, "GET", &ip_path(&pod, 0), None);
+    exchange(&mut conn, "GET", &ip_path(&pod, 1), None);
+    exchange(&mut conn, "GET", "/nowhere", None);
+    // The simulator's own requests are not the agent's: not counted.
+    assert_eq!(sim.ports().len(), 1);
+    assert_eq!(requests(), json!({"requests": 5}));
+    assert_eq!(requests(), json!({"requests": 5}));
+}

@@ -1,29 +1,35 @@
 //! Benchmark of the release binary, run by `scripts/bench` (not part of the test suite).
 //!
-//! Usage: `bench --help` (scripts/bench passes the paths). `--static-plugin` adds the same code
-//! linked as a static PIE to the single-attachment and RSS measurements. `--compare` measures
-//! only ADD+DEL and peak RSS of `--plugin` against another build of it, interleaved, and prints
-//! the result without writing anything: for trying a change.
+//! Usage: `bench --help` (scripts/bench passes the paths). `--compare` measures only ADD, DEL
+//! and peak RSS of `--plugin` against another build of it, interleaved, and prints the result
+//! without writing anything: for trying a change.
 //!
 //! Everything runs inside a private "node": a network namespace and a mount namespace (with
 //! its own sysfs) that this program enters at start, so host-side veths, ptp's `ip_forward`,
-//! the simulator's loopback and the pods' /run/netns mounts never touch the machine's own, and
-//! all of it vanishes with the process. One agent simulator answers at once. Pod namespaces
-//! (`ip netns add`), the temporary directory and the simulator are removed by guards, also on
-//! SIGINT/SIGTERM. Plugins are executed the way runtimes do (environment + config on stdin),
-//! timed from spawn to the reaping `wait4`. Peak RSS is read under ptrace from each process's
-//! `/proc/<pid>/status` as it exits (see `traced_rss` for why not `ru_maxrss`).
+//! the simulator's loopback, the pods' /run/netns mounts and the filesystems it mounts never
+//! touch the machine's own, and all of it vanishes with the process. One agent simulator
+//! answers at once (or after the delays a phase gives its pods) and counts the requests it
+//! serves (`GET /sim/stats`). Pod namespaces (`ip netns add`), mounts, the temporary directory
+//! and the simulator are removed by guards, also on SIGINT/SIGTERM. Plugins are executed the
+//! way runtimes do (environment + config on stdin), timed from spawn to the reaping `wait4`.
+//! Peak RSS is read under ptrace from each process's `/proc/<pid>/status` as it exits (see
+//! `traced_rss` for why not `ru_maxrss`).
 //!
 //! Measured:
-//! 1. ADD+DEL of one attachment: contrail-k8s-cni against Debian's ptp + static IPAM doing
-//!    the equivalent kernel work, interleaved in one loop;
+//! 1. ADD and DEL of one attachment: contrail-k8s-cni against Debian's ptp + static IPAM doing
+//!    the equivalent kernel work, interleaved in one loop, with the agent requests of each;
 //! 2. the same work as bare in-process netlink calls (the floor), with the plugin's own
 //!    netlink module;
 //! 3. peak RSS and binary size;
-//! 4. thick mode with 1, 4, 16 and 64 interfaces: time per interface;
-//! 5. 64 pods ADDed (then DELed) in parallel, each in its own netns;
-//! 6. readiness lag: the VMI's IP config appears at a random moment, how long after it
-//!    does ADD return.
+//! 4. the state directory on tmpfs, on ext4 on a loop device, and where the other phases keep
+//!    it: ADD and DEL, and their fsyncs;
+//! 5. thick mode with 1, 4, 16 and 64 interfaces: time per interface;
+//! 6. 64 pods ADDed (then DELed) in parallel, each in its own netns;
+//! 7. a full node: 1 to 110 pods with 4 attachments each (a repeated network among them),
+//!    each pod's attachments in Multus's order, the pods in parallel, IP configurations at
+//!    random moments; every interface checked, nothing left;
+//! 8. readiness lag: the VMI's IP config appears at a random moment, how long after it
+//!    does ADD return, and how many requests the waiting calls make.
 //!
 //! Results go to the generated section of BENCHMARKS.md (the text around it is kept) and to
 //! an SVG plot. Progress goes to stderr.
@@ -35,7 +41,7 @@ mod report;
 mod stats;
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -45,7 +51,7 @@ use nix::sched::{CloneFlags, unshare};
 use serde_json::{Value, json};
 
 use measure::CniEnv;
-use phases::{compare, one_attachment, parallel, readiness, thick};
+use phases::{compare, disk, full_node, one_attachment, parallel, readiness, thick};
 use report::{Report, kb, loadavg, markdown, write_markdown};
 use stats::Rng;
 
@@ -58,6 +64,17 @@ const POD_ADDR: &str = "10.1.0.11";
 const POD_GW: &str = "10.1.0.1";
 const POD_MAC: [u8; 6] = [0x02, 0xbe, 0x4c, 0x00, 0x00, 0x0b];
 const THICK_SIZES: [usize; 4] = [1, 4, 16, 64];
+/// A full node's pod, as Multus calls the plugin for it: (CNI_IFNAME, the VMI's network, the
+/// network name in the config). eth0 is the cluster network's delegate; net-a is attached twice.
+const NODE_ATTACHMENTS: [(&str, &str, &str); 4] = [
+    ("eth0", "default", "contrail-k8s-cni"),
+    ("net1", "net-a", "net-a"),
+    ("net2", "net-a", "net-a"),
+    ("net3", "net-b", "net-b"),
+];
+/// A full node's VMIs get their IP configuration at a random moment up to this long after
+/// their registration.
+const NODE_IP_DELAY_MS: u64 = 300;
 
 // ------------------------------------------------------------------------------ options
 
@@ -87,12 +104,9 @@ struct Opts {
     /// A smoke run of every phase, for working on the bench itself.
     #[arg(long)]
     quick: bool,
-    /// Another build of the plugin: ADD+DEL and RSS of both, interleaved, printed only.
+    /// Another build of the plugin: ADD, DEL and RSS of both, interleaved, printed only.
     #[arg(long, value_name = "BIN")]
     compare: Option<PathBuf>,
-    /// The same code linked as a static PIE, measured next to it.
-    #[arg(long = "static-plugin", value_name = "BIN")]
-    static_plugin: Option<PathBuf>,
 }
 
 impl Opts {
@@ -123,6 +137,10 @@ struct Sizes {
     ready: usize,
     ready_workers: usize,
     rss_runs: usize,
+    /// ADD+DEL runs per filesystem of the state directory.
+    disk_runs: usize,
+    /// Pods of the full node, one round each.
+    node_sizes: Vec<usize>,
 }
 
 impl Sizes {
@@ -137,6 +155,8 @@ impl Sizes {
                 ready: 12,
                 ready_workers: 4,
                 rss_runs: 3,
+                disk_runs: 10,
+                node_sizes: vec![1, 4, 8],
             }
         } else {
             Sizes {
@@ -148,6 +168,8 @@ impl Sizes {
                 ready: 80,
                 ready_workers: 4,
                 rss_runs: 20,
+                disk_runs: 100,
+                node_sizes: vec![1, 10, 50, 110],
             }
         }
     }
@@ -202,6 +224,38 @@ fn pod(name: String, n: usize, ip_delay_ms: u64) -> PodSpec {
     }
 }
 
+/// Pod `i` of the full node: a VMI per attachment of `NODE_ATTACHMENTS`, each with its IP
+/// configuration a random 0..NODE_IP_DELAY_MS after its registration and a MAC that names the
+/// pod and the attachment, so that no two VMIs of the node share one.
+fn node_pod(i: usize, rng: &mut Rng) -> PodSpec {
+    let vmis = NODE_ATTACHMENTS
+        .iter()
+        .enumerate()
+        .map(|(k, (_, network, _))| {
+            let mut v = VmiSpec::new(network, k as u8 + 1)
+                .with("ip-delay-ms", json!(rng.below(NODE_IP_DELAY_MS)));
+            v.mac = format!("02:fe:{:02x}:{:02x}:00:{:02x}", i >> 8, i & 0xff, k + 1);
+            v
+        })
+        .collect();
+    PodSpec {
+        namespace: "default".into(),
+        name: format!("node-{i}"),
+        uuid: uuid(),
+        vmis,
+    }
+}
+
+/// A network config of the plugin for network `name` with the `contrail` section given.
+fn netconf(name: &str, contrail: &Value) -> Value {
+    json!({"cniVersion": "1.0.0", "name": name, "type": "contrail-k8s-cni", "contrail": contrail})
+}
+
+fn write_json(path: PathBuf, v: &Value) -> R<PathBuf> {
+    fs::write(&path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
 // ------------------------------------------------------------------------------ the bench
 
 /// Everything the phases share.
@@ -219,6 +273,9 @@ struct Ctx {
     thick_pods: Vec<PodSpec>,
     parallel_pods: Vec<PodSpec>,
     ready_pods: Vec<PodSpec>,
+    node_pods: Vec<PodSpec>,
+    /// The `contrail` section of every config (the simulator, the state directory, the log).
+    contrail: Value,
     load_start: String,
 }
 
@@ -237,6 +294,20 @@ impl Ctx {
 
     fn scratch(&self, tag: &str) -> PathBuf {
         self.dir.0.join("io").join(tag)
+    }
+
+    /// A config file `file` for network `name`, with the state directory in `config_dir`.
+    fn conf_in(&self, file: &str, name: &str, config_dir: &Path) -> R<PathBuf> {
+        let mut contrail = self.contrail.clone();
+        contrail["config-dir"] = json!(config_dir);
+        write_json(self.dir.0.join(file), &netconf(name, &contrail))
+    }
+
+    /// Every request the simulator served so far, its own (`/sim/`) excepted.
+    fn agent_requests(&self) -> R<u64> {
+        self.sim.get("/sim/stats")["requests"]
+            .as_u64()
+            .ok_or_else(|| "the simulator has no GET /sim/stats (rebuild it)".to_string())
     }
 }
 
@@ -259,10 +330,14 @@ fn setup(opts: Opts) -> R<Ctx> {
     let ready_pods: Vec<PodSpec> = (0..sizes.ready)
         .map(|i| pod(format!("ready-{i}"), 1, rng.below(2000)))
         .collect();
+    let mut node_rng = Rng(0x2545_f491_4f6c_dd1d);
+    let node_max = sizes.node_sizes.iter().copied().max().unwrap_or(0);
+    let node_pods: Vec<PodSpec> = (0..node_max).map(|i| node_pod(i, &mut node_rng)).collect();
     let all: Vec<&PodSpec> = std::iter::once(&bench_pod)
         .chain(&thick_pods)
         .chain(&parallel_pods)
         .chain(&ready_pods)
+        .chain(&node_pods)
         .collect();
     let sim = Sim::start_with(&opts.sim, &all, &[]);
 
@@ -271,33 +346,26 @@ fn setup(opts: Opts) -> R<Ctx> {
         "config-dir": dir.0.join("ports"),
         "log-file": dir.0.join("cni.log"),
     });
-    let write = |name: &str, v: Value| -> R<PathBuf> {
-        let p = dir.0.join(name);
-        fs::write(&p, v.to_string()).map_err(|e| e.to_string())?;
-        Ok(p)
-    };
-    let ours_conf = write(
-        "ours.json",
-        json!({"cniVersion": "1.0.0", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
-               "contrail": contrail}),
+    let ours_conf = write_json(
+        dir.0.join("ours.json"),
+        &netconf("contrail-k8s-cni", &contrail),
     )?;
     let mut thick_contrail = contrail.clone();
     thick_contrail["mode"] = json!("thick");
-    let thick_conf = write(
-        "thick.json",
-        json!({"cniVersion": "1.0.0", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
-               "contrail": thick_contrail}),
+    let thick_conf = write_json(
+        dir.0.join("thick.json"),
+        &netconf("contrail-k8s-cni", &thick_contrail),
     )?;
     // ptp + static doing what contrail-k8s-cni does for one attachment: a veth pair with the
     // container end in the pod, its address, the default route.
-    let ptp_conf = write(
-        "ptp.json",
-        json!({"cniVersion": "1.0.0", "name": "bench", "type": "ptp", "mtu": 1500,
+    let ptp_conf = write_json(
+        dir.0.join("ptp.json"),
+        &json!({"cniVersion": "1.0.0", "name": "bench", "type": "ptp", "mtu": 1500,
                "ipam": {"type": "static",
                         "addresses": [{"address": format!("{POD_ADDR}/24"), "gateway": POD_GW}],
                         "routes": [{"dst": "0.0.0.0/0", "gw": POD_GW}]}}),
     )?;
-    let version_conf = write("version.json", json!({"cniVersion": "1.0.0"}))?;
+    let version_conf = write_json(dir.0.join("version.json"), &json!({"cniVersion": "1.0.0"}))?;
     Ok(Ctx {
         opts,
         sizes,
@@ -311,6 +379,8 @@ fn setup(opts: Opts) -> R<Ctx> {
         thick_pods,
         parallel_pods,
         ready_pods,
+        node_pods,
+        contrail,
         load_start,
     })
 }
@@ -330,13 +400,17 @@ fn run(opts: Opts) -> R<()> {
     }
     eprintln!("bench: 1-3. one attachment: contrail-k8s-cni, ptp + static, raw netlink");
     let single = one_attachment(&cx)?;
-    eprintln!("bench: 4. thick mode, 1/4/16/64 interfaces");
+    eprintln!("bench: 4. the state directory: tmpfs, ext4 on a loop device, the temp dir");
+    let disk = disk(&cx)?;
+    eprintln!("bench: 5. thick mode, 1/4/16/64 interfaces");
     let thick = thick(&cx)?;
-    eprintln!("bench: 5. {} pods in parallel", cx.parallel_pods.len());
+    eprintln!("bench: 6. {} pods in parallel", cx.parallel_pods.len());
     let parallel = parallel(&cx)?;
-    eprintln!("bench: 6. readiness lag");
+    eprintln!("bench: 7. a full node, {:?} pods", cx.sizes.node_sizes);
+    let node = full_node(&cx)?;
+    eprintln!("bench: 8. readiness lag");
     let ready = readiness(&cx)?;
-    let mut sizes_kb = vec![
+    let sizes_kb = vec![
         ("contrail-k8s-cni".into(), kb(&cx.opts.plugin)),
         (
             "contrail-k8s-cni `--features thick`".into(),
@@ -345,13 +419,12 @@ fn run(opts: Opts) -> R<()> {
         ("ptp".into(), kb(&cx.opts.ptp())),
         ("static".into(), kb(&cx.opts.cni_dir.join("static"))),
     ];
-    if let Some(bin) = &cx.opts.static_plugin {
-        sizes_kb.insert(1, ("contrail-k8s-cni, static-pie build".into(), kb(bin)));
-    }
     let report = Report {
         single,
+        disk,
         thick,
         parallel,
+        node,
         ready,
         sizes_kb,
         warmup: cx.sizes.warmup,

@@ -3,6 +3,7 @@
 use crate::R;
 
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -50,26 +51,30 @@ pub(crate) fn instant_of(monotonic_ns: u64) -> Instant {
     now - Duration::from_nanos(now_ns.saturating_sub(monotonic_ns))
 }
 
-/// Runs a CNI plugin as a runtime does: a clean environment, the config on stdin. stdin,
-/// stdout and stderr are files opened before the clock starts, so both plugins pay the same
-/// and no pipe can fill up. Timed from spawn to the reaping `wait4`.
-pub(crate) fn exec(bin: &Path, env: &[(&str, &str)], stdin: &Path, scratch: &Path) -> R<Call> {
+/// A CNI plugin's command as a runtime runs it: a clean environment, the config on stdin.
+/// stdin, stdout and stderr are files (`scratch` with the extensions `out` and `err`), opened
+/// here, before any clock starts, so that every plugin pays the same and no pipe can fill up.
+fn command(program: &Path, env: &[(&str, &str)], stdin: &Path, scratch: &Path) -> R<Command> {
     let io = |e: std::io::Error| format!("{}: {e}", scratch.display());
-    let out_path = scratch.with_extension("out");
-    let err_path = scratch.with_extension("err");
     let input = File::open(stdin).map_err(io)?;
-    let out = File::create(&out_path).map_err(io)?;
-    let err = File::create(&err_path).map_err(io)?;
-    let start = Instant::now();
-    let child = Command::new(bin)
-        .env_clear()
+    let out = File::create(scratch.with_extension("out")).map_err(io)?;
+    let err = File::create(scratch.with_extension("err")).map_err(io)?;
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env.iter().copied())
         .stdin(input)
         .stdout(out)
-        .stderr(err)
-        .spawn()
-        .map_err(|e| format!("{}: {e}", bin.display()))?;
+        .stderr(err);
+    Ok(cmd)
+}
+
+/// Runs a CNI plugin as a runtime does (see [`command`]), timed from spawn to the reaping
+/// `wait4`.
+pub(crate) fn exec(bin: &Path, env: &[(&str, &str)], stdin: &Path, scratch: &Path) -> R<Call> {
+    let mut cmd = command(bin, env, stdin, scratch)?;
+    let start = Instant::now();
+    let child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 fills it in.
@@ -92,8 +97,8 @@ pub(crate) fn exec(bin: &Path, env: &[(&str, &str)], stdin: &Path, scratch: &Pat
         start,
         end,
         maxrss_kb: ru.ru_maxrss as u64,
-        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+        stdout: fs::read_to_string(scratch.with_extension("out")).unwrap_or_default(),
+        stderr: fs::read_to_string(scratch.with_extension("err")).unwrap_or_default(),
     })
 }
 
@@ -123,17 +128,7 @@ pub(crate) fn traced_rss(
     scratch: &Path,
 ) -> R<(bool, Vec<Peak>)> {
     use std::collections::{HashMap, HashSet};
-    let io = |e: std::io::Error| format!("{}: {e}", scratch.display());
-    let input = File::open(stdin).map_err(io)?;
-    let out = File::create(scratch.with_extension("out")).map_err(io)?;
-    let err = File::create(scratch.with_extension("err")).map_err(io)?;
-    let mut cmd = Command::new(bin);
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .envs(env.iter().copied())
-        .stdin(input)
-        .stdout(out)
-        .stderr(err);
+    let mut cmd = command(bin, env, stdin, scratch)?;
     // SAFETY: ptrace(TRACEME) is async-signal-safe; the child stops at its execve.
     unsafe {
         cmd.pre_exec(|| {
@@ -227,6 +222,45 @@ pub(crate) fn traced_rss(
     Ok((ok, v))
 }
 
+/// The sync calls of `strace -c`'s count.
+pub(crate) const SYNC_CALLS: [&str; 3] = ["fsync", "fdatasync", "sync_file_range"];
+
+/// How often one call (its process and any it starts) asks the kernel to write its files to
+/// disk: `strace -f -c` counting fsync, fdatasync and sync_file_range, by name (the ones it
+/// never makes are absent). Untimed: strace slows every system call.
+pub(crate) fn syncs(
+    bin: &Path,
+    env: &[(&str, &str)],
+    stdin: &Path,
+    scratch: &Path,
+) -> R<(bool, BTreeMap<String, u64>)> {
+    let summary = scratch.with_extension("strace");
+    let mut cmd = command(Path::new("strace"), env, stdin, scratch)?;
+    cmd.args(["-f", "-c", "-e"])
+        .arg(format!("trace={}", SYNC_CALLS.join(",")))
+        .arg("-o")
+        .arg(&summary)
+        .arg(bin);
+    let status = cmd
+        .status()
+        .map_err(|e| format!("strace (scripts/bench installs it): {e}"))?;
+    let text = fs::read_to_string(&summary).map_err(|e| format!("{}: {e}", summary.display()))?;
+    // `% time  seconds  usecs/call  calls  [errors]  syscall`: the calls are the 4th column;
+    // nothing at all when no such call was made.
+    let counts = text
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let name = *cols.last()?;
+            let calls = cols.get(3)?.parse().ok()?;
+            SYNC_CALLS
+                .contains(&name)
+                .then(|| (name.to_string(), calls))
+        })
+        .collect();
+    Ok((status.success(), counts))
+}
+
 /// Environment of one CNI call.
 pub(crate) struct CniEnv {
     pub(crate) command: &'static str,
@@ -268,6 +302,25 @@ impl CniEnv {
         let vars = self.vars();
         let env: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
         traced_rss(bin, &env, stdin, scratch)
+    }
+
+    pub(crate) fn syncs(
+        &self,
+        bin: &Path,
+        stdin: &Path,
+        scratch: &Path,
+    ) -> R<(bool, BTreeMap<String, u64>)> {
+        let vars = self.vars();
+        let env: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        syncs(bin, &env, stdin, scratch)
+    }
+
+    /// The same sandbox's call for another of its interfaces, as a meta-plugin makes them.
+    pub(crate) fn on(&self, ifname: &str) -> CniEnv {
+        CniEnv {
+            ifname: ifname.to_string(),
+            ..self.with(self.command)
+        }
     }
 
     pub(crate) fn with(&self, command: &'static str) -> CniEnv {

@@ -1,14 +1,15 @@
-//! The measurements: one attachment against ptp + static and the raw netlink floor, thick
-//! mode, parallel pods, the readiness lag.
+//! The measurements: one attachment against ptp + static and the raw netlink floor, the
+//! state directory on a disk, thick mode, parallel pods, a full node, the readiness lag.
 
-use crate::{Ctx, POD_ADDR, POD_GW, POD_MAC, R, THICK_SIZES, check_interrupt};
+use crate::{Ctx, NODE_ATTACHMENTS, POD_ADDR, POD_GW, POD_MAC, R, THICK_SIZES, check_interrupt};
 
 use crate::{measure::*, report::*, stats::*};
 use contrail_k8s_cni::netlink::{self, Route, Socket, VethEnd};
-use contrail_testkit::{Netns, PodSpec};
+use contrail_testkit::{Netns, PodSpec, try_sh};
 use ipnetwork::IpNetwork;
-use std::collections::BTreeMap;
-use std::fs::{self};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -79,8 +80,10 @@ pub(crate) struct Single {
     pub(crate) raw: Variant,
     /// In-process floor without runtime and socket set-up: the kernel operations alone.
     pub(crate) raw_ops: Variant,
-    /// The static-pie build (`--static-plugin`), when measured.
-    pub(crate) stat: Option<Variant>,
+    /// Agent requests of each of contrail-k8s-cni's timed ADDs and DELs (the agent answering
+    /// at once), counted by the simulator.
+    pub(crate) requests_add: Vec<f64>,
+    pub(crate) requests_del: Vec<f64>,
     pub(crate) version_ours: Vec<f64>,
     pub(crate) version_ptp: Vec<f64>,
     pub(crate) version_true: Vec<f64>,
@@ -99,7 +102,8 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
         ptp: Variant::default(),
         raw: Variant::default(),
         raw_ops: Variant::default(),
-        stat: None,
+        requests_add: Vec::new(),
+        requests_del: Vec::new(),
         version_ours: Vec::new(),
         version_ptp: Vec::new(),
         version_true: Vec::new(),
@@ -110,22 +114,17 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
     let total = cx.sizes.warmup + cx.sizes.runs;
     let scratch = cx.scratch("single");
     let ptp = cx.opts.ptp();
-    // The variants: 0 contrail-k8s-cni, 1 ptp + static, 2 raw netlink, 3 the static-pie build.
-    let n = if cx.opts.static_plugin.is_some() {
-        4
-    } else {
-        3
-    };
-    let mut stat = Variant::default();
     for i in 0..total {
         check_interrupt()?;
         if i % 20 == 0 {
             eprintln!("  ADD+DEL run {i}/{total}");
         }
         let keep = i >= cx.sizes.warmup;
-        // Rotate the order so that no variant always runs right after another.
-        for k in 0..n {
-            let (who, bin, conf, into) = match (i + k) % n {
+        // Rotate the order so that no variant always runs right after another: 0
+        // contrail-k8s-cni, 1 ptp + static, 2 raw netlink.
+        for k in 0..3 {
+            let variant = (i + k) % 3;
+            let (who, bin, conf, into) = match variant {
                 0 => (
                     "contrail-k8s-cni",
                     &cx.opts.plugin,
@@ -133,7 +132,7 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
                     &mut s.ours,
                 ),
                 1 => ("ptp", &ptp, &cx.ptp_conf, &mut s.ptp),
-                2 => {
+                _ => {
                     let t = raw_netlink(&ns, i == 0)?;
                     if keep {
                         s.raw.push(t.add, t.del);
@@ -141,28 +140,33 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
                     }
                     continue;
                 }
-                _ => match &cx.opts.static_plugin {
-                    Some(bin) => ("static-pie build", bin, &cx.ours_conf, &mut stat),
-                    None => continue,
-                },
             };
+            // The simulator counts contrail-k8s-cni's requests, read between the timed calls.
+            let ours = variant == 0;
+            let count = || if ours { cx.agent_requests() } else { Ok(0) };
+            let before = count()?;
             let env = cx.env("ADD", &ns, &cx.bench_pod.name);
             let add = env.run(bin, conf, &scratch)?;
             expect_add(who, &add)?;
             if i == 0 {
                 assert_attached(&ns, who)?;
             }
+            let between = count()?;
             let del = env.with("DEL").run(bin, conf, &scratch)?;
             expect_del(who, &del)?;
+            let after = count()?;
             if keep {
                 into.push(add.ms(), del.ms());
+                if ours {
+                    s.requests_add.push((between - before) as f64);
+                    s.requests_del.push((after - between) as f64);
+                }
             }
             if i == 0 {
                 assert_empty(&ns, who)?;
             }
         }
     }
-    s.stat = cx.opts.static_plugin.is_some().then_some(stat);
     assert_empty(&ns, "ADD+DEL")?;
     eprintln!("  VERSION (start-up cost) x{}", cx.sizes.version_runs);
     for i in 0..cx.sizes.version_runs + cx.sizes.warmup {
@@ -204,7 +208,6 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
         "/bin/true",
     ];
     let mut rss: Vec<Rss> = labels.iter().map(|_| Rss::default()).collect();
-    let mut rss_static = [Rss::default(), Rss::default()];
     for _ in 0..cx.sizes.rss_runs {
         check_interrupt()?;
         for (k, (bin, conf)) in [(&cx.opts.plugin, &cx.ours_conf), (&ptp, &cx.ptp_conf)]
@@ -217,12 +220,6 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
                 labels[2 * k + 1],
                 env.with("DEL").traced(bin, conf, &scratch)?,
             )?;
-        }
-        if let Some(bin) = &cx.opts.static_plugin {
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
-            rss_static[0].push("static ADD", env.traced(bin, &cx.ours_conf, &scratch)?)?;
-            let del = env.with("DEL").traced(bin, &cx.ours_conf, &scratch)?;
-            rss_static[1].push("static DEL", del)?;
         }
         let env = cx.env("VERSION", &ns, &cx.bench_pod.name);
         rss[4].push(
@@ -237,11 +234,6 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
     }
     assert_empty(&ns, "ADD+DEL under ptrace")?;
     s.rss = labels.into_iter().zip(rss).collect();
-    if cx.opts.static_plugin.is_some() {
-        let [a, d] = rss_static;
-        s.rss.push(("static-pie build ADD", a));
-        s.rss.push(("static-pie build DEL", d));
-    }
     Ok(s)
 }
 
@@ -392,7 +384,161 @@ pub(crate) fn compare(cx: &Ctx, other: &Path) -> R<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------- 4: thick mode
+// ---------------------------------------------------------------- 4: the state directory on a disk
+
+/// A filesystem mounted in the bench's own mount namespace (the machine never sees it),
+/// unmounted on drop and its image file removed. `mount -o loop` makes the loop device clear
+/// itself at the unmount, which also happens when the namespace ends with the process.
+struct Mount {
+    dir: PathBuf,
+    image: Option<PathBuf>,
+    mounted: bool,
+}
+
+impl Mount {
+    /// A tmpfs of 64 MiB.
+    fn tmpfs(dir: PathBuf) -> R<Mount> {
+        let mut m = Mount {
+            dir,
+            image: None,
+            mounted: false,
+        };
+        fs::create_dir_all(&m.dir).map_err(|e| format!("{}: {e}", m.dir.display()))?;
+        try_sh(
+            "mount",
+            &["-t", "tmpfs", "-o", "size=64m", "tmpfs", &m.path()],
+        )?;
+        m.mounted = true;
+        Ok(m)
+    }
+
+    /// ext4 on a loop device: a sparse 64 MiB file `image`, `mkfs.ext4 -q`, `mount -o loop`.
+    fn ext4(image: PathBuf, dir: PathBuf) -> R<Mount> {
+        let mut m = Mount {
+            dir,
+            image: Some(image.clone()),
+            mounted: false,
+        };
+        File::create(&image)
+            .and_then(|f| f.set_len(64 << 20))
+            .map_err(|e| format!("{}: {e}", image.display()))?;
+        fs::create_dir_all(&m.dir).map_err(|e| format!("{}: {e}", m.dir.display()))?;
+        let image = image.to_string_lossy();
+        try_sh("mkfs.ext4", &["-q", &image])?;
+        try_sh("mount", &["-o", "loop", &image, &m.path()])?;
+        m.mounted = true;
+        Ok(m)
+    }
+
+    fn path(&self) -> String {
+        self.dir.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        use nix::mount::{MntFlags, umount2};
+        if self.mounted && umount2(&self.dir, MntFlags::empty()).is_err() {
+            // Busy: detach it now, the kernel lets it go (and its loop device) when unused.
+            let _ = umount2(&self.dir, MntFlags::MNT_DETACH);
+        }
+        if let Some(image) = &self.image {
+            let _ = fs::remove_file(image);
+        }
+    }
+}
+
+/// The filesystem a path is on, as `findmnt` names it: "ext4 on /dev/vda".
+fn filesystem_of(path: &Path) -> String {
+    let path = path.to_string_lossy();
+    try_sh("findmnt", &["-n", "-o", "FSTYPE,SOURCE", "-T", &path])
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" on "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// One filesystem of the state directory: ADD and DEL times, and the syncs of one of each.
+pub(crate) struct Disk {
+    pub(crate) fs: String,
+    pub(crate) add: Vec<f64>,
+    pub(crate) del: Vec<f64>,
+    pub(crate) add_syncs: BTreeMap<String, u64>,
+    pub(crate) del_syncs: BTreeMap<String, u64>,
+}
+
+/// One attachment's ADD and DEL with the state directory on tmpfs, on ext4 on a loop device,
+/// and where the other phases keep it (the temporary directory), interleaved; then one ADD and
+/// one DEL of each under strace, counting their syncs.
+pub(crate) fn disk(cx: &Ctx) -> R<Vec<Disk>> {
+    let tmpfs = Mount::tmpfs(cx.dir.0.join("tmpfs"))?;
+    let ext4 = Mount::ext4(cx.dir.0.join("ext4.img"), cx.dir.0.join("ext4"))?;
+    let places = [
+        ("tmpfs".to_string(), tmpfs.dir.join("ports")),
+        (
+            format!(
+                "{} (a sparse 64 MiB file in the temp dir)",
+                filesystem_of(&ext4.dir)
+            ),
+            ext4.dir.join("ports"),
+        ),
+        (
+            format!(
+                "the temp dir, as in the other phases: {}",
+                filesystem_of(&cx.dir.0)
+            ),
+            cx.dir.0.join("ports"),
+        ),
+    ];
+    let confs: Vec<PathBuf> = places
+        .iter()
+        .enumerate()
+        .map(|(k, (_, dir))| cx.conf_in(&format!("disk{k}.json"), "contrail-k8s-cni", dir))
+        .collect::<R<_>>()?;
+    let mut rows: Vec<Disk> = places
+        .into_iter()
+        .map(|(fs, _)| Disk {
+            fs,
+            add: Vec::new(),
+            del: Vec::new(),
+            add_syncs: BTreeMap::new(),
+            del_syncs: BTreeMap::new(),
+        })
+        .collect();
+    let ns = Netns::new();
+    let scratch = cx.scratch("disk");
+    let total = cx.sizes.warmup + cx.sizes.disk_runs;
+    for i in 0..total {
+        check_interrupt()?;
+        if i % 20 == 0 {
+            eprintln!("  ADD+DEL run {i}/{total}");
+        }
+        for k in 0..rows.len() {
+            let k = (i + k) % rows.len();
+            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+            let add = env.run(&cx.opts.plugin, &confs[k], &scratch)?;
+            expect_add(&rows[k].fs, &add)?;
+            let del = env.with("DEL").run(&cx.opts.plugin, &confs[k], &scratch)?;
+            expect_del(&rows[k].fs, &del)?;
+            if i >= cx.sizes.warmup {
+                rows[k].add.push(add.ms());
+                rows[k].del.push(del.ms());
+            }
+        }
+    }
+    eprintln!("  syncs of one ADD and one DEL under strace");
+    for (row, conf) in rows.iter_mut().zip(&confs) {
+        let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+        let (added, add) = env.syncs(&cx.opts.plugin, conf, &scratch)?;
+        let (deleted, del) = env.with("DEL").syncs(&cx.opts.plugin, conf, &scratch)?;
+        if !(added && deleted) {
+            return Err(format!("{}: ADD or DEL failed under strace", row.fs));
+        }
+        (row.add_syncs, row.del_syncs) = (add, del);
+    }
+    assert_empty(&ns, "state directory on a disk")?;
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------- 5: thick mode
 
 pub(crate) struct Thick {
     pub(crate) n: usize,
@@ -462,7 +608,7 @@ pub(crate) fn thick(cx: &Ctx) -> R<Vec<Thick>> {
         .collect())
 }
 
-// ---------------------------------------------------------------- 5: parallel pods
+// ---------------------------------------------------------------- 6: parallel pods
 
 pub(crate) struct Parallel {
     pub(crate) pods: usize,
@@ -480,20 +626,34 @@ pub(crate) fn parallel(cx: &Ctx) -> R<Parallel> {
     let nss: Vec<Netns> = (0..cx.parallel_pods.len())
         .map(|_| Netns::new())
         .collect::<Vec<_>>();
-    let envs: Vec<CniEnv> = cx
+    let sandboxes: Vec<CniEnv> = cx
         .parallel_pods
         .iter()
         .zip(&nss)
         .map(|(p, ns)| cx.env("ADD", ns, &p.name))
         .collect();
+    let calls = |command| -> Vec<Sequence> {
+        let conf = cx.ours_conf.as_path();
+        sandboxes
+            .iter()
+            .map(|s| vec![(s.with(command), conf)])
+            .collect()
+    };
+    let (add_calls, del_calls) = (calls("ADD"), calls("DEL"));
     check_interrupt()?;
-    eprintln!("  {} ADDs at once", envs.len());
-    let adds = all_at_once(cx, &envs, "ADD")?;
+    eprintln!("  {} ADDs at once", add_calls.len());
+    let adds: Vec<Call> = all_at_once(cx, &add_calls, false)?
+        .into_iter()
+        .flatten()
+        .collect();
     let host_links = fs::read_dir("/sys/class/net")
         .map(|d| d.filter_map(Result::ok).count())
         .unwrap_or(0);
-    eprintln!("  {} DELs at once", envs.len());
-    let dels = all_at_once(cx, &envs, "DEL")?;
+    eprintln!("  {} DELs at once", del_calls.len());
+    let dels: Vec<Call> = all_at_once(cx, &del_calls, true)?
+        .into_iter()
+        .flatten()
+        .collect();
     let failures = |calls: &[Call], add: bool| -> Vec<String> {
         calls
             .iter()
@@ -507,13 +667,8 @@ pub(crate) fn parallel(cx: &Ctx) -> R<Parallel> {
             })
             .collect()
     };
-    let span = |calls: &[Call]| {
-        let start = calls.iter().map(|c| c.start).min();
-        let end = calls.iter().map(|c| c.end).max();
-        start.zip(end).map_or(0.0, |(s, e)| ms(e - s))
-    };
     let p = Parallel {
-        pods: envs.len(),
+        pods: add_calls.len(),
         add_total: span(&adds),
         del_total: span(&dels),
         add: stats(&adds.iter().map(Call::ms).collect::<Vec<_>>()),
@@ -528,20 +683,42 @@ pub(crate) fn parallel(cx: &Ctx) -> R<Parallel> {
     Ok(p)
 }
 
-/// One thread per pod, released together by a barrier; each runs its call.
-pub(crate) fn all_at_once(cx: &Ctx, envs: &[CniEnv], command: &'static str) -> R<Vec<Call>> {
-    let barrier = Barrier::new(envs.len());
+/// From the first call's start to the last one's end, ms.
+pub(crate) fn span<'a>(calls: impl IntoIterator<Item = &'a Call>) -> f64 {
+    let mut bounds: Option<(Instant, Instant)> = None;
+    for c in calls {
+        bounds = Some(bounds.map_or((c.start, c.end), |(s, e)| (s.min(c.start), e.max(c.end))));
+    }
+    bounds.map_or(0.0, |(s, e)| ms(e - s))
+}
+
+/// One pod's calls in the order its meta-plugin makes them: each call's environment and config.
+pub(crate) type Sequence<'a> = Vec<(CniEnv, &'a Path)>;
+
+/// One thread per pod, all released together by a barrier; each runs its pod's calls in order,
+/// stopping at the first that fails unless `keep_going` (Multus stops its ADDs at a failure,
+/// and goes on with its DELs). The calls each pod made.
+pub(crate) fn all_at_once(cx: &Ctx, pods: &[Sequence], keep_going: bool) -> R<Vec<Vec<Call>>> {
+    let barrier = Barrier::new(pods.len());
     std::thread::scope(|s| {
-        let handles: Vec<_> = envs
+        let handles: Vec<_> = pods
             .iter()
             .enumerate()
-            .map(|(i, env)| {
+            .map(|(i, sequence)| {
                 let barrier = &barrier;
-                s.spawn(move || {
-                    let env = env.with(command);
+                s.spawn(move || -> R<Vec<Call>> {
                     let scratch = cx.scratch(&format!("par{i}"));
                     barrier.wait();
-                    env.run(&cx.opts.plugin, &cx.ours_conf, &scratch)
+                    let mut calls = Vec::new();
+                    for (env, conf) in sequence {
+                        let call = env.run(&cx.opts.plugin, conf, &scratch)?;
+                        let failed = !call.ok;
+                        calls.push(call);
+                        if failed && !keep_going {
+                            break;
+                        }
+                    }
+                    Ok(calls)
                 })
             })
             .collect();
@@ -552,12 +729,232 @@ pub(crate) fn all_at_once(cx: &Ctx, envs: &[CniEnv], command: &'static str) -> R
     })
 }
 
-// ---------------------------------------------------------------- 6: readiness lag
+// ---------------------------------------------------------------- 7: a full node
+
+/// One command for every pod of a full node.
+pub(crate) struct Wave {
+    /// From the first call's start to the last one's end, ms.
+    pub(crate) total: f64,
+    /// Each pod's calls, from the start of its first to the end of its last, ms.
+    pub(crate) pod: Stats,
+    /// Requests the agent served meanwhile.
+    pub(crate) requests: u64,
+    /// Each failed call: pod, interface, what it printed.
+    pub(crate) failures: Vec<String>,
+}
+
+pub(crate) struct NodeRound {
+    pub(crate) pods: usize,
+    pub(crate) add: Wave,
+    pub(crate) del: Wave,
+    /// What the checks after the ADDs and after the DELs found wrong.
+    pub(crate) problems: Vec<String>,
+}
+
+/// Rounds of `node_sizes` pods with the attachments of `NODE_ATTACHMENTS` each: all pods'
+/// ADDs at once (each pod's in Multus's order), the checks, all DELs at once (each pod's in
+/// reverse), the checks that nothing is left.
+pub(crate) fn full_node(cx: &Ctx) -> R<Vec<NodeRound>> {
+    let state = cx.dir.0.join("node-ports");
+    let confs: Vec<PathBuf> = NODE_ATTACHMENTS
+        .iter()
+        .map(|(_, _, name)| cx.conf_in(&format!("node-{name}.json"), name, &state))
+        .collect::<R<_>>()?;
+    eprintln!("  creating {} pod netns", cx.node_pods.len());
+    let nss: Vec<Netns> = cx.node_pods.iter().map(|_| Netns::new()).collect();
+    let mut rounds = Vec::new();
+    for &n in &cx.sizes.node_sizes {
+        check_interrupt()?;
+        let (pods, nss) = (&cx.node_pods[..n], &nss[..n]);
+        eprintln!("  {n} pods x {} attachments", NODE_ATTACHMENTS.len());
+        // One sandbox (container id) per pod, all of its attachments' calls in it.
+        let sandboxes: Vec<CniEnv> = pods
+            .iter()
+            .zip(nss)
+            .map(|(p, ns)| cx.env("ADD", ns, &p.name))
+            .collect();
+        let add = wave(cx, pods, &sandboxes, "ADD", &confs)?;
+        let mut problems = check_attached(cx, pods, nss)?;
+        let del = wave(cx, pods, &sandboxes, "DEL", &confs)?;
+        problems.extend(check_nothing_left(cx, pods, nss, &state)?);
+        rounds.push(NodeRound {
+            pods: n,
+            add,
+            del,
+            problems,
+        });
+    }
+    Ok(rounds)
+}
+
+/// `command` for every attachment of every pod: ADD in `NODE_ATTACHMENTS` order, DEL in
+/// reverse; the pods in parallel (one thread each).
+fn wave(
+    cx: &Ctx,
+    pods: &[PodSpec],
+    sandboxes: &[CniEnv],
+    command: &'static str,
+    confs: &[PathBuf],
+) -> R<Wave> {
+    let mut order: Vec<usize> = (0..NODE_ATTACHMENTS.len()).collect();
+    if command == "DEL" {
+        order.reverse();
+    }
+    let sequences: Vec<Sequence> = sandboxes
+        .iter()
+        .map(|sandbox| {
+            let sandbox = sandbox.with(command);
+            order
+                .iter()
+                .map(|&k| (sandbox.on(NODE_ATTACHMENTS[k].0), confs[k].as_path()))
+                .collect()
+        })
+        .collect();
+    let before = cx.agent_requests()?;
+    let calls = all_at_once(cx, &sequences, command == "DEL")?;
+    let requests = cx.agent_requests()? - before;
+    let mut failures = Vec::new();
+    for (pod, calls) in pods.iter().zip(&calls) {
+        for (&k, call) in order.iter().zip(calls) {
+            let checked = if command == "ADD" {
+                expect_add("", call)
+            } else {
+                expect_del("", call)
+            };
+            if let Err(e) = checked {
+                failures.push(format!("{} {}:{e}", pod.name, NODE_ATTACHMENTS[k].0));
+            }
+        }
+    }
+    Ok(Wave {
+        total: span(calls.iter().flatten()),
+        pod: stats(&calls.iter().map(span).collect::<Vec<_>>()),
+        requests,
+        failures,
+    })
+}
+
+/// The links of a network namespace: name to MAC.
+fn link_macs(ns: &Netns) -> R<BTreeMap<String, String>> {
+    let out = try_sh("ip", &["-n", &ns.name, "-j", "link", "show"])?;
+    let links: Value = serde_json::from_str(&out).map_err(|e| format!("ip -j link: {e}"))?;
+    Ok(links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| {
+            let field = |k: &str| l[k].as_str().unwrap_or_default().to_string();
+            (field("ifname"), field("address"))
+        })
+        .collect())
+}
+
+/// After the ADDs: every pod has exactly lo and its attachments' interfaces, each with the MAC
+/// of its own VMI (MACs are unique on the node, so no VMI serves two interfaces), and the
+/// agent has every VMI of these pods registered.
+fn check_attached(cx: &Ctx, pods: &[PodSpec], nss: &[Netns]) -> R<Vec<String>> {
+    let mut problems = Vec::new();
+    for (pod, ns) in pods.iter().zip(nss) {
+        let mut got = link_macs(ns)?;
+        got.remove("lo");
+        let want: BTreeMap<String, String> = NODE_ATTACHMENTS
+            .iter()
+            .zip(&pod.vmis)
+            .map(|((ifname, _, _), vmi)| (ifname.to_string(), vmi.mac.clone()))
+            .collect();
+        if got != want {
+            problems.push(format!(
+                "{}: interfaces {got:?}, expected {want:?}",
+                pod.name
+            ));
+        }
+    }
+    let registered = registered_vmis(cx);
+    let missing = pods
+        .iter()
+        .flat_map(|p| &p.vmis)
+        .filter(|v| !registered.contains(&v.uuid))
+        .count();
+    if missing > 0 {
+        problems.push(format!("{missing} VMIs not registered with the agent"));
+    }
+    Ok(problems)
+}
+
+/// The VMIs the agent has registered.
+fn registered_vmis(cx: &Ctx) -> BTreeSet<String> {
+    let ports = cx.sim.get("/sim/ports");
+    ports
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["vmi-uuid"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// After the DELs: only lo in the pods and in the node (no host end left), nothing in the
+/// state directory but its (empty) lock directory, no VMI of these pods registered.
+fn check_nothing_left(cx: &Ctx, pods: &[PodSpec], nss: &[Netns], state: &Path) -> R<Vec<String>> {
+    let mut problems = Vec::new();
+    let host: Vec<String> = fs::read_dir("/sys/class/net")
+        .map_err(|e| format!("/sys/class/net: {e}"))?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "lo")
+        .collect();
+    if !host.is_empty() {
+        problems.push(format!("links left in the node: {host:?}"));
+    }
+    for (pod, ns) in pods.iter().zip(nss) {
+        let names: Vec<String> = link_macs(ns)?.into_keys().collect();
+        if names != ["lo"] {
+            problems.push(format!("{}: left {names:?}", pod.name));
+        }
+    }
+    let mut left = Vec::new();
+    files_under(state, &mut left);
+    left.retain(|p| p != &state.join(".locks"));
+    if !left.is_empty() {
+        problems.push(format!("left in the state directory: {left:?}"));
+    }
+    let registered = registered_vmis(cx);
+    let still = pods
+        .iter()
+        .flat_map(|p| &p.vmis)
+        .filter(|v| registered.contains(&v.uuid))
+        .count();
+    if still > 0 {
+        problems.push(format!("{still} VMIs still registered with the agent"));
+    }
+    Ok(problems)
+}
+
+/// Every path below `dir`, directories included.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+    {
+        let path = e.path();
+        out.push(path.clone());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            files_under(&path, out);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- 8: readiness lag
 
 pub(crate) struct Ready {
     /// (ready moment after the ADD started, lag after the ready moment), ms.
     pub(crate) samples: Vec<(f64, f64)>,
     pub(crate) lag: Stats,
+    /// Requests the agent served during the phase (its ADDs and DELs).
+    pub(crate) requests: u64,
+    /// Seconds the ADDs spent waiting: from their registration to their return (the delay of
+    /// the IP configuration plus the lag), summed.
+    pub(crate) waiting_s: f64,
 }
 
 pub(crate) fn readiness(cx: &Ctx) -> R<Ready> {
@@ -565,6 +962,7 @@ pub(crate) fn readiness(cx: &Ctx) -> R<Ready> {
     let nss: Vec<Netns> = (0..workers).map(|_| Netns::new()).collect::<Vec<_>>();
     let next = AtomicUsize::new(0);
     let samples = Mutex::new(Vec::new());
+    let before = cx.agent_requests()?;
     let failed: Mutex<Option<String>> = Mutex::new(None);
     std::thread::scope(|s| {
         for (w, ns) in nss.iter().enumerate() {
@@ -594,9 +992,18 @@ pub(crate) fn readiness(cx: &Ctx) -> R<Ready> {
         return Err(e);
     }
     check_interrupt()?;
+    let requests = cx.agent_requests()? - before;
     let samples = samples.into_inner().unwrap_or_else(|p| p.into_inner());
-    let lag = stats(&samples.iter().map(|s| s.1).collect::<Vec<_>>());
-    Ok(Ready { samples, lag })
+    let lags: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    // Every pod ran (or the phase failed above): its delay once, its lag once.
+    let delays: u64 = cx.ready_pods.iter().map(ip_delay_ms).sum();
+    let waiting_s = (delays as f64 + lags.iter().sum::<f64>()) / 1000.0;
+    Ok(Ready {
+        samples,
+        lag: stats(&lags),
+        requests,
+        waiting_s,
+    })
 }
 
 /// The agent has an IP configuration only for a registered port, `ip-delay-ms` after the
@@ -614,8 +1021,7 @@ pub(crate) fn ready_once(cx: &Ctx, ns: &Netns, pod: &PodSpec, scratch: &Path) ->
         .find(|p| p["vmi-uuid"] == pod.vmis[0].uuid.as_str())
         .and_then(|p| p["sim-registered-ns"].as_u64())
         .ok_or_else(|| format!("readiness: {} is not registered", pod.vmis[0].uuid))?;
-    let ready = instant_of(registered_ns)
-        + Duration::from_millis(pod.vmis[0].extra["ip-delay-ms"].as_u64().unwrap_or(0));
+    let ready = instant_of(registered_ns) + Duration::from_millis(ip_delay_ms(pod));
     let lag = if add.end >= ready {
         ms(add.end - ready)
     } else {
@@ -631,4 +1037,9 @@ pub(crate) fn ready_once(cx: &Ctx, ns: &Netns, pod: &PodSpec, scratch: &Path) ->
         .run(&cx.opts.plugin, &cx.ours_conf, scratch)?;
     expect_del("readiness", &del)?;
     Ok((at, lag))
+}
+
+/// When a one-VMI pod's IP configuration comes, ms after its registration.
+fn ip_delay_ms(pod: &PodSpec) -> u64 {
+    pod.vmis[0].extra["ip-delay-ms"].as_u64().unwrap_or(0)
 }
