@@ -167,7 +167,8 @@ fn json_leaf() -> BoxedStrategy<Value> {
     .boxed()
 }
 
-/// Object keys: mostly ones some parser looks for, so that random documents reach deep code.
+/// Object keys: mostly ones some parser looks for (these and [`CONTRAIL_KEYS`]), so that random
+/// documents reach deep code.
 const KEYS: &[&str] = &[
     "cniVersion",
     "name",
@@ -180,17 +181,6 @@ const KEYS: &[&str] = &[
     "cni.dev/attachments",
     "containerID",
     "ifname",
-    "vrouter-ip",
-    "vrouter-port",
-    "config-dir",
-    "poll-timeout",
-    "poll-retries",
-    "cluster-name",
-    "mtu",
-    "log-file",
-    "log-level",
-    "mode",
-    "vif-type",
     "id",
     "vm-uuid",
     "vn-id",
@@ -205,7 +195,12 @@ const KEYS: &[&str] = &[
 ];
 
 fn json_key() -> BoxedStrategy<String> {
-    prop_oneof![3 => select(KEYS).prop_map(String::from), 1 => tricky_string()].boxed()
+    prop_oneof![
+        2 => select(KEYS).prop_map(String::from),
+        1 => select(CONTRAIL_KEYS).prop_map(String::from),
+        1 => tricky_string(),
+    ]
+    .boxed()
 }
 
 /// Any JSON value, a few levels deep.

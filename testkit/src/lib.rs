@@ -12,18 +12,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// Where this build's binaries are: a test runs from `target/<profile>/deps`, one level below.
+/// Where this build's binaries are: a test runs from `target/<triple>/<profile>/deps`, one
+/// level below.
 fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     exe.parent()
         .and_then(Path::parent)
-        .expect("a test binary in target/<profile>/deps")
+        .expect("a test binary in target/<triple>/<profile>/deps")
         .to_path_buf()
 }
 
-/// The plugin binary of this build.
-pub fn plugin_bin() -> PathBuf {
-    let p = build_dir().join("contrail-k8s-cni");
+/// A binary of this build, which the tests need built beforehand.
+fn built(rel: &str) -> PathBuf {
+    let p = build_dir().join(rel);
     assert!(
         p.exists(),
         "{} is missing: run `cargo build --release --bins --examples` first",
@@ -32,15 +33,14 @@ pub fn plugin_bin() -> PathBuf {
     p
 }
 
-/// The simulator example, built next to the binary (`cargo build --release --examples`).
+/// The plugin binary of this build.
+pub fn plugin_bin() -> PathBuf {
+    built("contrail-k8s-cni")
+}
+
+/// The simulator example, built next to the binary.
 pub fn sim_bin() -> PathBuf {
-    let p = build_dir().join("examples/agent_sim");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release --examples` first",
-        p.display()
-    );
-    p
+    built("examples/agent_sim")
 }
 
 pub fn uuid() -> String {
