@@ -1,5 +1,5 @@
-//! The vRouter agent's port-IPC REST API on the node's loopback: a thin client around
-//! `vmi`'s parsers, and polling with a bounded total wait.
+//! The vRouter agent's port-IPC REST API at the node's address: a thin client around `vmi`'s
+//! parsers, and polling within one bounded total wait that a DEL of the attachment can end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -9,12 +9,31 @@ use serde_json::Value;
 
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Result};
+use crate::pod::Pod;
 use crate::vmi::{self, IpConfig, Vmi};
 
-/// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`] (or
-/// poll-timeout if that is shorter), so an agent that is ready within milliseconds is seen
-/// within milliseconds, and one that takes seconds is seen within 20 ms of becoming ready
-/// (10 ms on average), for at most 50 requests a second per waiting call: the agent is one
+/// The HTTP methods of the agent's API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// First pause between polls; each next pause doubles up to [`MAX_POLL_PAUSE`], so an agent
+/// that is ready within milliseconds is seen within milliseconds, and one that takes seconds is
+/// seen within 20 ms of becoming ready (10 ms on average). Whatever poll-timeout says, pauses
+/// never get shorter: a waiting call makes at most 50 requests a second, since the agent is one
 /// process serving every pod of the node.
 const FIRST_POLL_PAUSE: Duration = Duration::from_millis(5);
 const MAX_POLL_PAUSE: Duration = Duration::from_millis(20);
@@ -41,6 +60,8 @@ pub struct Agent {
     /// `start`), shared by all its waits, so that a slow pod, a slow IP and a slow registration
     /// do not add up to three times what the config allows (and outlast the runtime's timeout).
     deadline: Instant,
+    /// Asked between polls: true when the wait must end (a DEL of the attachment came).
+    stop: Option<Box<dyn Fn() -> bool>>,
 }
 
 /// One poll's outcome: the answer, or why it is not there yet.
@@ -102,14 +123,21 @@ impl Agent {
             poll_timeout: conf.poll_timeout,
             start,
             deadline: start + conf.poll_budget(),
+            stop: None,
         }
     }
 
+    /// Every wait of this client ends, between two polls, once `stop` says so.
+    pub fn stop_when(mut self, stop: impl Fn() -> bool + 'static) -> Agent {
+        self.stop = Some(Box::new(stop));
+        self
+    }
+
     /// An error of the request `method path`.
-    fn fault(&self, method: &str, path: &str, fault: AgentFault) -> Error {
+    fn fault(&self, method: Method, path: &str, fault: AgentFault) -> Error {
         Error::Agent {
             agent: self.base.clone(),
-            request: format!("{method} {path}"),
+            request: format!("{} {path}", method.as_str()),
             fault,
         }
     }
@@ -119,7 +147,7 @@ impl Agent {
     /// read "OK" and its error bodies carry nothing a client needs).
     fn request(
         &self,
-        method: &str,
+        method: Method,
         path: &str,
         body: Option<&Value>,
         timeout: Duration,
@@ -128,22 +156,22 @@ impl Agent {
         let transport =
             |e: ureq::Error| self.fault(method, path, AgentFault::Transport(e.to_string()));
         let t = Some(timeout);
-        let mut resp = match (method, body) {
-            ("POST", Some(b)) => self
+        let mut resp = match method {
+            Method::Post => self
                 .http
                 .post(&url)
                 .config()
                 .timeout_global(t)
                 .build()
-                .send_json(b),
-            ("DELETE", _) => self
+                .send_json(body.unwrap_or(&Value::Null)),
+            Method::Delete => self
                 .http
                 .delete(&url)
                 .config()
                 .timeout_global(t)
                 .build()
                 .call(),
-            _ => self
+            Method::Get => self
                 .http
                 .get(&url)
                 .config()
@@ -201,6 +229,11 @@ impl Agent {
                 Err(e) if e.is_transient() => last = e.to_string(),
                 Err(e) => return Err(e),
             }
+            if self.stop.as_ref().is_some_and(|stop| stop()) {
+                return Err(Error::Abandoned {
+                    what: what.to_string(),
+                });
+            }
             // Give up rather than start an attempt too short to get an answer: its timeout
             // would replace the informative error of the attempts before it.
             let left = deadline.saturating_duration_since(Instant::now());
@@ -212,12 +245,13 @@ impl Agent {
                 });
             }
             thread::sleep(pause);
-            pause = (pause * 2).min(MAX_POLL_PAUSE).min(self.poll_timeout);
+            pause = (pause * 2).min(MAX_POLL_PAUSE);
         }
     }
 
-    /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs.
-    pub fn wait_for_pod(&self, vm_name: &str) -> Result<Vec<Vmi>> {
+    /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs. An answer that is not the
+    /// pod's (a VMI annotated for another pod, VMIs of several VMs) is refused at once.
+    pub fn wait_for_pod(&self, pod: &Pod, vm_name: &str) -> Result<Vec<Vmi>> {
         let path = format!("/vm-cfg/{vm_name}");
         self.poll(
             &format!("the agent to know every interface of pod {vm_name}"),
@@ -227,6 +261,8 @@ impl Agent {
                         "GET {path}: 404, the agent does not know the pod yet"
                     )));
                 };
+                vmi::check_owner(&vmis, &pod.namespace, &pod.name)
+                    .map_err(|why| agent.fault(Method::Get, &path, AgentFault::Refused(why)))?;
                 if vmi::complete(&vmis) {
                     return Ok(Poll::Ready(vmis));
                 }
@@ -242,8 +278,8 @@ impl Agent {
     /// `GET /vm-cfg/<vm-name>` once: the VMIs the agent knows for the pod, `None` for none.
     pub fn pod_config(&self, vm_name: &str, timeout: Duration) -> Result<Option<Vec<Vmi>>> {
         let path = format!("/vm-cfg/{vm_name}");
-        self.request("GET", &path, None, timeout)?
-            .map(|body| vmi::parse_cfg(&body).map_err(|e| self.refused("GET", &path, e)))
+        self.request(Method::Get, &path, None, timeout)?
+            .map(|body| vmi::parse_cfg(&body).map_err(|e| self.refused(Method::Get, &path, e)))
             .transpose()
     }
 
@@ -256,28 +292,25 @@ impl Agent {
         timeout: Duration,
     ) -> Result<Option<IpConfig>> {
         let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
-        self.request("GET", &path, None, timeout)?
-            .map(|body| vmi::parse_ip(&body, vmi_uuid).map_err(|e| self.refused("GET", &path, e)))
+        self.request(Method::Get, &path, None, timeout)?
+            .map(|body| {
+                vmi::parse_ip(&body, vm_uuid, vmi_uuid)
+                    .map_err(|e| self.refused(Method::Get, &path, e))
+            })
             .transpose()
     }
 
     /// An answer the parsers refused, with the agent and the request it answered, so that an
     /// operator knows where to look.
-    fn refused(&self, method: &str, path: &str, e: Error) -> Error {
+    fn refused(&self, method: Method, path: &str, e: Error) -> Error {
         self.fault(method, path, AgentFault::Refused(e.to_string()))
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
     /// which must be registered already: the agent has none before. One request a poll, for the
     /// first VMI not ready yet; the ones after it are asked for at once when it is, so that a
-    /// failure names the VMI that never got ready. `abandoned` is asked between polls: an error
-    /// from it (the claim was deleted meanwhile) ends the wait.
-    pub fn wait_for_ips(
-        &self,
-        vm_uuid: &str,
-        vmis: &[&str],
-        abandoned: impl Fn() -> Option<Error>,
-    ) -> Result<Vec<IpConfig>> {
+    /// failure names the VMI that never got ready.
+    pub fn wait_for_ips(&self, vm_uuid: &str, vmis: &[&str]) -> Result<Vec<IpConfig>> {
         let what = match vmis {
             [one] => format!("the IP address of VMI {one}"),
             _ => format!(
@@ -290,9 +323,6 @@ impl Agent {
             while let Some(vmi) = vmis.get(ready.len()) {
                 let Some(ip) = agent.ip_config(vm_uuid, vmi, timeout)? else {
                     crate::crash::point("waiting");
-                    if let Some(e) = abandoned() {
-                        return Err(e);
-                    }
                     return Ok(Poll::NotYet(format!(
                         "GET /vm/{vm_uuid}/{vmi}: 404, no IP configuration yet"
                     )));
@@ -303,19 +333,14 @@ impl Agent {
         })
     }
 
-    /// The VMIs among `uuids` that the agent reports a host interface for. One quick look, no
-    /// waiting: used only to tell repeated attachments of one network apart. Within the
-    /// invocation's deadline: a VMI the agent does not answer for in time counts as unregistered.
-    pub fn registered(&self, vm_uuid: &str, uuids: &[&str]) -> Vec<String> {
-        uuids
-            .iter()
-            .filter(|u| {
-                let left = self.deadline.saturating_duration_since(Instant::now());
-                let t = left.min(self.poll_timeout);
-                !t.is_zero() && matches!(self.ip_config(vm_uuid, u, t), Ok(Some(ip)) if ip.registered_as.is_some())
-            })
-            .map(|u| u.to_string())
-            .collect()
+    /// Whether the agent reports a host interface for a VMI. One quick look, no waiting: used
+    /// only to tell repeated attachments of one network apart. Within the invocation's
+    /// deadline: a VMI the agent does not answer for in time counts as unregistered.
+    pub fn is_registered(&self, vm_uuid: &str, vmi_uuid: &str) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let t = left.min(self.poll_timeout);
+        !t.is_zero()
+            && matches!(self.ip_config(vm_uuid, vmi_uuid, t), Ok(Some(ip)) if ip.registered_as.is_some())
     }
 
     /// `POST /vm`: registers a port (a state record, the agent's POST body), retried within the
@@ -329,7 +354,7 @@ impl Agent {
                 field("vmi-uuid")
             ),
             |agent, t| {
-                Ok(match agent.request("POST", "/vm", Some(port), t)? {
+                Ok(match agent.request(Method::Post, "/vm", Some(port), t)? {
                     Some(_) => Poll::Ready(()),
                     None => Poll::NotYet("POST /vm: 404".into()),
                 })
@@ -337,20 +362,24 @@ impl Agent {
         )
     }
 
-    /// Makes the agent's registrations for pod `vm_uuid` exactly `ports`. The agent has no
-    /// per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the ones that
-    /// stay are registered again. Both retried within the call's deadline.
+    /// Makes the agent's registrations for pod `vm_uuid` exactly its ports among `ports`. The
+    /// agent has no per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the
+    /// ones that stay are registered again; a port of another VM is never sent. Both retried
+    /// within the call's deadline.
     pub fn resync(&self, vm_uuid: &str, ports: &[Value]) -> Result<()> {
         let path = format!("/vm/{vm_uuid}");
         self.poll(
             &format!("the agent to drop the ports of pod {vm_uuid}"),
             |agent, t| {
-                agent.request("DELETE", &path, None, t)?;
+                agent.request(Method::Delete, &path, None, t)?;
                 Ok(Poll::Ready(()))
             },
         )?;
         crate::crash::point("deregistered");
-        ports.iter().try_for_each(|p| self.register(p))
+        ports
+            .iter()
+            .filter(|p| p.get("vm-uuid").and_then(Value::as_str) == Some(vm_uuid))
+            .try_for_each(|p| self.register(p))
     }
 
     /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an

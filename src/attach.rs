@@ -20,6 +20,7 @@ use crate::agent::{Agent, Poll};
 use crate::cni::{self, Env, Interface, Outcome};
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
+use crate::logging::Shown;
 use crate::netlink::{Netns, Route, Socket, VethEnd};
 use crate::pod::Pod;
 use crate::state::{self, Lock, PodDir, Record, STATE_VERSION, StateDir};
@@ -38,7 +39,7 @@ impl Call<'_> {
     /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
     /// plugin mode, every one in thick mode.
     fn ifname(&self) -> Option<&str> {
-        scope(self.conf, &self.env.ifname)
+        scope(self.conf.contrail.mode, &self.env.ifname)
     }
 
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
@@ -88,8 +89,8 @@ impl Call<'_> {
 }
 
 /// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
-pub fn scope<'a>(conf: &NetConf, ifname: &'a str) -> Option<&'a str> {
-    match conf.contrail.mode {
+pub fn scope(mode: Mode, ifname: &str) -> Option<&str> {
+    match mode {
         Mode::Plugin => Some(ifname),
         #[cfg(feature = "thick")]
         Mode::Thick => None,
@@ -103,6 +104,12 @@ pub fn open_pod(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<PodDir
         "locking pod state in",
         &state.path().join(vm_name),
     ))?;
+    settle_pending(agent, pod)
+}
+
+/// Finishes a resync that an earlier call on the (locked) pod left pending.
+pub fn settle_pending(agent: &Agent, pod: PodDir) -> Result<PodDir> {
+    let vm_name = pod.name().to_string();
     match pod.resync_pending() {
         Ok(Some(vm_uuid)) => {
             log::info!("pod {vm_name}: finishing an interrupted deregistration");
@@ -141,7 +148,11 @@ fn warn_about_requests(conf: &NetConf, env: &Env) {
     for (section, value) in sources {
         for key in ["ips", "mac"] {
             if let Some(v) = value.and_then(|r| r.get(key)) {
-                log::warn!("ignoring {section}.{key} {v}: Contrail allocates addresses and MACs");
+                let v = v.to_string();
+                log::warn!(
+                    "ignoring {section}.{key} {}: Contrail allocates addresses and MACs",
+                    Shown(&v)
+                );
             }
         }
     }
@@ -150,7 +161,10 @@ fn warn_about_requests(conf: &NetConf, env: &Env) {
         .split(';')
         .filter(|kv| kv.starts_with("IP=") || kv.starts_with("MAC="))
     {
-        log::warn!("ignoring CNI_ARGS {kv}: Contrail allocates addresses and MACs");
+        log::warn!(
+            "ignoring CNI_ARGS {}: Contrail allocates addresses and MACs",
+            Shown(kv)
+        );
     }
 }
 
@@ -173,6 +187,10 @@ struct Undo {
     claims: Vec<Record>,
     /// The records whose veths this call created.
     links: Vec<Record>,
+    /// Whether the agent may have a registration of a claim: this call sent `POST /vm`, or took
+    /// a claim over from an older sandbox that may have registered it. Otherwise the agent has
+    /// nothing to forget and is not asked to.
+    registered: bool,
 }
 
 impl Undo {
@@ -197,7 +215,14 @@ impl Undo {
             let failed = add.host.delete_links(&links);
             also.extend(failed.into_iter().map(|(_, e)| Error::from(e)));
             let claims: Vec<Record> = self.claims.iter().filter(ours).cloned().collect();
-            release(&add.agent, &mut pod, &claims)?;
+            if self.registered {
+                release(&add.agent, &mut pod, &claims)?;
+            } else {
+                for r in &claims {
+                    pod.remove(&r.vmi_uuid)
+                        .map_err(Error::io("removing state in", pod.path()))?;
+                }
+            }
             close(pod)
         });
         also.extend(done.err());
@@ -242,13 +267,17 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     if let Err(e) = lock.clear_stop() {
         log::warn!("clearing a stale request to stop: {e}");
     }
-    let result = add.agent.wait_for_pod(&add.vm_name).and_then(|vmis| {
+    // A DEL of this attachment (its runtime gave up on it) ends every wait of this ADD.
+    let stop = lock
+        .stop_probe()
+        .map_err(Error::io("locking the attachment in", add.state.path()))?;
+    add.agent = add.agent.stop_when(move || stop.requested());
+    let result = add.agent.wait_for_pod(pod, &add.vm_name).and_then(|vmis| {
         let mut undo = Undo::default();
-        add.steps(&vmis, &lock, &mut undo, &mut call.vmis)
-            .map_err(|e| {
-                log::warn!("ADD failed, rolling back: {e}");
-                undo.run(&mut add, e)
-            })
+        add.steps(&vmis, &mut undo, &mut call.vmis).map_err(|e| {
+            log::warn!("ADD failed, rolling back: {e}");
+            undo.run(&mut add, e)
+        })
     });
     if let Err(e) = lock.remove() {
         log::warn!("removing the attachment's lock: {e}");
@@ -257,26 +286,27 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
 }
 
 impl Add<'_> {
-    fn steps(
-        &mut self,
-        vmis: &[Vmi],
-        lock: &Lock,
-        undo: &mut Undo,
-        noted: &mut Vec<String>,
-    ) -> Result<Outcome> {
+    fn steps(&mut self, vmis: &[Vmi], undo: &mut Undo, noted: &mut Vec<String>) -> Result<Outcome> {
         let records = self.claim(vmis, undo)?;
         noted.extend(records.iter().map(|r| r.vmi_uuid.clone()));
         crate::crash::point("claimed");
         for r in &records {
-            create_veth(&mut self.host, self.conf.contrail.mtu, r, &self.netns)?;
+            create_veth(
+                &mut self.host,
+                &self.state,
+                self.conf.contrail.mtu,
+                r,
+                &self.netns,
+            )?;
             undo.links.push(r.clone());
         }
         crate::crash::point("veth");
+        undo.registered = true;
         for r in &records {
             self.agent.register(&port(r)?)?;
         }
         crate::crash::point("registered");
-        let ips = self.wait_for_ips(&records, lock)?;
+        let ips = self.wait_for_ips(&records)?;
         crate::crash::point("ip");
         let mut outcomes = Vec::with_capacity(records.len());
         for (r, ip) in records.iter().zip(&ips) {
@@ -299,8 +329,9 @@ impl Add<'_> {
     fn claim(&mut self, vmis: &[Vmi], undo: &mut Undo) -> Result<Vec<Record>> {
         let mut pod = open_pod(&self.agent, &self.state, &self.vm_name)?;
         match self.record_claims(&mut pod, vmis) {
-            Ok((records, fresh)) => {
+            Ok((records, fresh, took_over)) => {
                 undo.claims = fresh;
+                undo.registered = took_over;
                 Ok(records)
             }
             Err(e) => {
@@ -310,12 +341,13 @@ impl Add<'_> {
         }
     }
 
-    /// The records of the chosen VMIs, written, and the ones this call newly claimed.
+    /// The records of the chosen VMIs, written; the ones this call newly claimed; whether one of
+    /// them was an older sandbox's.
     fn record_claims(
         &mut self,
         pod: &mut PodDir,
         vmis: &[Vmi],
-    ) -> Result<(Vec<Record>, Vec<Record>)> {
+    ) -> Result<(Vec<Record>, Vec<Record>, bool)> {
         let (held, unreadable) = pod.records().map_err(Error::io("reading", pod.path()))?;
         for u in &unreadable {
             log::warn!(
@@ -337,12 +369,13 @@ impl Add<'_> {
             .map(|w| w.ifname.as_str())
             .collect();
         check_free(&mut self.ctr, &self.netns, &new_names)?;
-        let (mut records, mut fresh) = (Vec::new(), Vec::new());
+        let (mut records, mut fresh, mut took_over) = (Vec::new(), Vec::new(), false);
         for w in &wanted {
             if let Some(old) = held
                 .iter()
                 .find(|h| h.vmi_uuid == w.vmi.uuid && h.container_id != *cid)
             {
+                took_over = true;
                 log::info!(
                     "VMI {} was held by older sandbox {} as {}: taking it over",
                     w.vmi.uuid,
@@ -358,7 +391,7 @@ impl Add<'_> {
             }
             records.push(record);
         }
-        Ok((records, fresh))
+        Ok((records, fresh, took_over))
     }
 
     /// The VMIs this call sets up, by mode.
@@ -376,25 +409,23 @@ impl Add<'_> {
                     .map(Record::claim)
                     .chain(unreadable.iter().map(|u| u.claim()))
                     .collect();
-                // Only a network attached more than once needs the agent's view to tell VMIs
-                // apart. Asked under the lock, after open_pod settled the pod, so that it
-                // matches the files.
-                let on_network: Vec<&str> = vmis
-                    .iter()
-                    .filter(|v| v.network == *network)
-                    .map(|v| v.uuid.as_str())
-                    .collect();
-                let registered = match (on_network.len(), vmis.first()) {
-                    (2.., Some(v)) => self.agent.registered(&v.vm_uuid, &on_network),
-                    _ => Vec::new(),
-                };
                 let at = Attachment {
                     network,
                     container_id: &self.env.container_id,
                     ifname: &self.env.ifname,
                 };
-                let wanted = vmi::for_attachment(at, vmis, &claims, &registered)
-                    .map_err(|why| why.error(network, &self.vm_name))?;
+                let unresolved = |why: vmi::Unresolved| why.error(network, &self.vm_name);
+                // Only a network attached more than once needs the agent's view to tell VMIs
+                // apart. Asked under the lock, after open_pod settled the pod, so that it
+                // matches the files.
+                let vmi = vmi::resolve(at, vmis, &claims)
+                    .map_err(unresolved)?
+                    .take(|v| self.agent.is_registered(&v.vm_uuid, &v.uuid))
+                    .ok_or_else(|| {
+                        let count = vmis.iter().filter(|v| v.network == *network).count();
+                        unresolved(vmi::Unresolved::AllTaken { count })
+                    })?;
+                let wanted = vmi::for_attachment(vmis, vmi, &self.env.ifname);
                 log::debug!(
                     "{} resolved to VMI {} (index {})",
                     wanted.ifname,
@@ -408,16 +439,11 @@ impl Add<'_> {
         }
     }
 
-    /// Waits for the IP configuration of every record; a DEL of the attachment meanwhile (a
-    /// runtime that gave up) asks this call to stop, and ends the wait.
-    fn wait_for_ips(&self, records: &[Record], lock: &Lock) -> Result<Vec<IpConfig>> {
+    /// Waits for the IP configuration of every record.
+    fn wait_for_ips(&self, records: &[Record]) -> Result<Vec<IpConfig>> {
         let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
         let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
-        let abandoned = || {
-            let first = records.first().filter(|_| lock.stop_requested())?;
-            Some(deleted_meanwhile(first))
-        };
-        self.agent.wait_for_ips(vm_uuid, &uuids, abandoned)
+        self.agent.wait_for_ips(vm_uuid, &uuids)
     }
 
     /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
@@ -714,7 +740,13 @@ fn routes(plan: &Plan) -> (Vec<cni::Route>, Vec<cni::Route>) {
 
 /// Creates the VMI's veth: the host end by its derived name, the container end directly in the
 /// pod's netns with the VMI's MAC; the host end up.
-fn create_veth(host: &mut Socket, mtu: u32, record: &Record, netns: &Netns) -> Result<()> {
+fn create_veth(
+    host: &mut Socket,
+    state: &StateDir,
+    mtu: u32,
+    record: &Record,
+    netns: &Netns,
+) -> Result<()> {
     let mac = Mac::parse(&record.mac).ok_or_else(|| {
         Error::Internal(format!(
             "state record of VMI {} has no MAC",
@@ -732,11 +764,29 @@ fn create_veth(host: &mut Socket, mtu: u32, record: &Record, netns: &Netns) -> R
         mtu,
     };
     match host.create_veth(&host_end, &peer, netns) {
-        // The host name is derived from the VMI we now hold: whatever holds it is a leftover
-        // of an earlier sandbox or a crashed ADD whose DEL never came. Replace it.
+        // The host name is derived from the VMI this pod now holds: a veth of that name that no
+        // other pod's state names is a leftover of an earlier sandbox or of a crashed ADD
+        // whose DEL never came. Replace it; anything else is left alone.
         Err(e) if e.is_exists() => {
-            log::info!("replacing leftover host interface {}", record.host_ifname);
-            host.delete_link(&record.host_ifname)?;
+            let name = &record.host_ifname;
+            let holder = state
+                .other_holder(name, &record.vm_name)
+                .map_err(Error::io("reading", state.path()))?;
+            if let Some(other) = holder {
+                return Err(Error::Interface(format!(
+                    "host interface {name} is an attachment of pod {other}: not replacing it"
+                )));
+            }
+            if host
+                .link(name)?
+                .is_some_and(|l| l.kind.as_deref() != Some("veth"))
+            {
+                return Err(Error::Interface(format!(
+                    "host interface {name} exists and is not a veth: not replacing it"
+                )));
+            }
+            log::info!("replacing leftover host interface {name}");
+            host.delete_link(name)?;
             host.create_veth(&host_end, &peer, netns)
         }
         other => other,

@@ -328,6 +328,9 @@ pub fn check_ifname(s: &str) -> std::result::Result<(), &'static str> {
         || s.as_bytes().contains(&0xa0)
     {
         Err("may not contain '/', ':', NUL or whitespace")
+    // Linux takes them, but a name is shown in logs and by `ip`: no escape sequences.
+    } else if s.chars().any(char::is_control) {
+        Err("may not contain control characters")
     } else {
         Ok(())
     }

@@ -1,9 +1,14 @@
-//! Network configuration: the standard CNI fields plus the legacy `contrail` section, merged key
-//! by key over node-wide defaults from the CNI config directory. Decoded by serde into typed
-//! layers (one per source, so that every error names the key and the file it came from), then
-//! merged and validated.
+//! Network configuration: the standard CNI fields plus the legacy `contrail` section, from two
+//! sources that are trusted differently. The node-wide file is the node admin's; stdin is the
+//! network's config, which whoever may create a NetworkAttachmentDefinition writes (often the
+//! namespace's own users). So every key that names a node file, an address, an interface or a
+//! budget is the node's ([`KEYS`]): taken from the built-in defaults and the node-wide file only.
+//! Stdin may repeat such a key with the node's value (Multus's delegate configs and existing
+//! NADs do); any other value is reported in [`NetConf::refused`] and refused by the call.
+//!
+//! [`parse`] is pure: the sources decoded by serde into typed settings (so that an error names
+//! the key and its source), merged and validated. [`load`] reads the node-wide file first.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -18,10 +23,45 @@ use crate::cni::{Version, valid_name};
 use crate::error::{Error, Result};
 
 pub const DEFAULT_NODE_CONF_DIR: &str = "/etc/cni/net.d";
-/// Overrides [`DEFAULT_NODE_CONF_DIR`]; meant for tests and unusual installs.
+/// Overrides [`DEFAULT_NODE_CONF_DIR`]: for tests and unusual installs. The environment is the
+/// node's, like the file.
 pub const NODE_CONF_DIR_ENV: &str = "CONTRAIL_CNI_CONF_DIR";
 /// Stdin `name` values that mean the cluster pod network.
 const DEFAULT_NETWORK_NAMES: [&str; 2] = ["", "contrail-k8s-cni"];
+/// The longest a call may wait for the agent in all (poll-timeout x poll-retries): beyond a few
+/// minutes the runtime has given up on the call anyway, and a waiting call holds its pod's lock
+/// files and the agent's attention.
+pub const MAX_BUDGET: Duration = Duration::from_secs(300);
+/// The node-wide file is a few hundred bytes; anything larger is not one.
+const MAX_NODE_FILE: u64 = 1 << 20;
+
+/// Who may set a key of the `contrail` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The node-wide file only: it names a node file, an address, an interface or a budget.
+    Node,
+    /// The network's config too: it changes nothing beyond the pod's own interface.
+    Network,
+}
+
+/// Every key of the `contrail` section and who may set it (the README's tables follow this).
+pub const KEYS: [(&str, Scope); 14] = [
+    ("vrouter-ip", Scope::Node),
+    ("vrouter-port", Scope::Node),
+    ("config-dir", Scope::Node),
+    ("poll-timeout", Scope::Node),
+    ("poll-retries", Scope::Node),
+    ("cluster-name", Scope::Node),
+    ("log-file", Scope::Node),
+    ("log-level", Scope::Node),
+    ("mode", Scope::Node),
+    ("metrics-file", Scope::Node),
+    ("vif-type", Scope::Node),
+    ("parent-interface", Scope::Node),
+    ("mtu", Scope::Network),
+    // A legacy key with no effect here: meta-plugin detection is not needed.
+    ("meta-plugin", Scope::Network),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -32,13 +72,13 @@ pub enum Mode {
     Thick,
 }
 
-/// The `contrail` section, with the legacy Go plugin's keys and defaults.
+/// The effective `contrail` section, with the legacy Go plugin's keys and defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Contrail {
     pub vrouter_ip: IpAddr,
     pub vrouter_port: u16,
     pub config_dir: PathBuf,
-    /// The longest wait between two polls of the agent, and the unit of the total wait.
+    /// Each request's timeout, and the unit of the total wait.
     pub poll_timeout: Duration,
     pub poll_retries: u32,
     pub cluster_name: String,
@@ -49,13 +89,129 @@ pub struct Contrail {
     pub mode: Mode,
     /// A Prometheus text file every call adds itself to (node-exporter's textfile collector).
     pub metrics_file: Option<PathBuf>,
+    pub vif_type: VifType,
+    /// The node's interface that nested mode's VLANs are made on.
+    pub parent_interface: String,
 }
 
 impl Contrail {
-    /// The whole wait for the agent: poll-timeout x poll-retries, as the legacy plugin bounds it.
+    /// The whole wait for the agent: poll-timeout x poll-retries, as the legacy plugin bounds it
+    /// (at most [`MAX_BUDGET`]).
     pub fn poll_budget(&self) -> Duration {
         self.poll_timeout * self.poll_retries
     }
+}
+
+/// The built-in defaults: the legacy plugin's.
+impl Default for Contrail {
+    fn default() -> Contrail {
+        Contrail {
+            vrouter_ip: IpAddr::from([127, 0, 0, 1]),
+            vrouter_port: 9091,
+            config_dir: PathBuf::from("/var/lib/contrail/ports/vm"),
+            poll_timeout: Duration::from_secs(3),
+            poll_retries: 20,
+            cluster_name: "k8s".into(),
+            mtu: 1500,
+            log_file: Some(PathBuf::from("/var/log/contrail/cni/opencontrail.log")),
+            log_level: LevelFilter::Info,
+            mode: Mode::Plugin,
+            metrics_file: None,
+            vif_type: VifType::Veth,
+            parent_interface: "eth0".into(),
+        }
+    }
+}
+
+impl Contrail {
+    /// These settings with every key `s` sets.
+    fn with(mut self, s: Settings) -> Contrail {
+        macro_rules! take {
+            ($($field:ident),*) => { $(if let Some(v) = s.$field { self.$field = v; })* };
+        }
+        take!(
+            vrouter_ip,
+            vrouter_port,
+            config_dir,
+            poll_timeout,
+            poll_retries,
+            cluster_name,
+            mtu,
+            log_file,
+            log_level,
+            mode,
+            metrics_file,
+            vif_type,
+            parent_interface
+        );
+        self
+    }
+
+    /// The node-scoped keys `s` sets to something else than these settings have.
+    fn differing(&self, s: &Settings) -> Vec<&'static str> {
+        fn differs<T: PartialEq>(theirs: &Option<T>, ours: &T) -> bool {
+            theirs.as_ref().is_some_and(|t| t != ours)
+        }
+        let keys = [
+            ("vrouter-ip", differs(&s.vrouter_ip, &self.vrouter_ip)),
+            ("vrouter-port", differs(&s.vrouter_port, &self.vrouter_port)),
+            ("config-dir", differs(&s.config_dir, &self.config_dir)),
+            ("poll-timeout", differs(&s.poll_timeout, &self.poll_timeout)),
+            ("poll-retries", differs(&s.poll_retries, &self.poll_retries)),
+            ("cluster-name", differs(&s.cluster_name, &self.cluster_name)),
+            ("log-file", differs(&s.log_file, &self.log_file)),
+            ("log-level", differs(&s.log_level, &self.log_level)),
+            ("mode", differs(&s.mode, &self.mode)),
+            ("metrics-file", differs(&s.metrics_file, &self.metrics_file)),
+            ("vif-type", differs(&s.vif_type, &self.vif_type)),
+            (
+                "parent-interface",
+                differs(&s.parent_interface, &self.parent_interface),
+            ),
+        ];
+        keys.into_iter()
+            .filter_map(|(key, differs)| differs.then_some(key))
+            .collect()
+    }
+
+    /// Limits that span keys, on the node's settings.
+    fn check(&self, source: &str) -> Result<()> {
+        if self.poll_budget() > MAX_BUDGET {
+            return Err(Error::config(
+                format!("contrail.poll-timeout x contrail.poll-retries (from {source})"),
+                format!(
+                    "{:.3} s x {} is more than the {} s a call may wait for the agent",
+                    self.poll_timeout.as_secs_f64(),
+                    self.poll_retries,
+                    MAX_BUDGET.as_secs()
+                ),
+            ));
+        }
+        // Everything below config-dir is the state directory's: UUID-named files are read as
+        // attachments, and a pod's directory is removed with its last one.
+        for (key, file) in [
+            ("log-file", &self.log_file),
+            ("metrics-file", &self.metrics_file),
+        ] {
+            if let Some(f) = file.as_ref().filter(|f| f.starts_with(&self.config_dir)) {
+                return Err(Error::config(
+                    format!("contrail.{key} (from {source})"),
+                    format!(
+                        "{} is inside config-dir {}, which holds the state files only",
+                        f.display(),
+                        self.config_dir.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kind of interface an attachment gets (`vif-type`). The only one so far: a veth pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VifType {
+    Veth,
 }
 
 /// One entry of GC's list of attachments still in use.
@@ -64,6 +220,26 @@ pub struct ValidAttachment {
     #[serde(rename = "containerID")]
     pub container_id: String,
     pub ifname: String,
+}
+
+/// Where the node-wide file is looked for, and the one found there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    pub dir: PathBuf,
+    pub path: Option<PathBuf>,
+}
+
+impl NodeFile {
+    /// How an operator finds it, for messages: the file, or where one would go.
+    pub fn describe(&self) -> String {
+        match &self.path {
+            Some(p) => p.display().to_string(),
+            None => format!(
+                "the node-wide file (a *contrail.conf in {}; there is none now)",
+                self.dir.display()
+            ),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -77,9 +253,24 @@ pub struct NetConf {
     pub args: Option<Map<String, Value>>,
     /// GC's still-valid attachments; `None` when not given.
     pub valid_attachments: Option<Vec<ValidAttachment>>,
-    /// Things worth an operator's eye (unknown keys), logged once logging is set up.
+    /// About stdin's unknown keys, for the log: one line, whatever their number.
     pub warnings: Vec<String>,
+    /// Node-scoped keys that stdin sets to another value than the node's: the node's values
+    /// are in `contrail`; the call decides what to do (see [`NetConf::refusal`]).
+    pub refused: Vec<&'static str>,
+    pub node_file: NodeFile,
     pub contrail: Contrail,
+}
+
+impl NetConf {
+    /// The error for stdin's attempt to set node-scoped keys, if it made one.
+    pub fn refusal(&self) -> Option<Error> {
+        (!self.refused.is_empty()).then(|| Error::NodeKeys {
+            keys: self.refused.clone(),
+            network: self.network.clone(),
+            node_file: self.node_file.describe(),
+        })
+    }
 }
 
 /// What stdin may carry; anything else in it (`type`, `ipam`, `dns`, a runtime's additions)
@@ -134,10 +325,10 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// The `contrail` section of one source. `null` counts as absent.
+/// The `contrail` section of one source, as written. `null` counts as absent.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-struct Layer {
+struct Raw {
     vrouter_ip: Option<String>,
     vrouter_port: Option<Scalar>,
     config_dir: Option<String>,
@@ -150,14 +341,181 @@ struct Layer {
     mode: Option<String>,
     metrics_file: Option<String>,
     vif_type: Option<String>,
-    /// Legacy keys with no effect here: meta-plugin detection is not needed,
-    /// parent-interface belongs to nested mode.
+    parent_interface: Option<String>,
     #[serde(rename = "meta-plugin")]
     _meta_plugin: Option<String>,
-    #[serde(rename = "parent-interface")]
-    _parent_interface: Option<String>,
     #[serde(flatten)]
-    unknown: BTreeMap<String, Value>,
+    unknown: serde_json::Map<String, Value>,
+}
+
+/// The keys one source sets, typed and validated.
+#[derive(Debug, Default)]
+struct Settings {
+    vrouter_ip: Option<IpAddr>,
+    vrouter_port: Option<u16>,
+    config_dir: Option<PathBuf>,
+    poll_timeout: Option<Duration>,
+    poll_retries: Option<u32>,
+    cluster_name: Option<String>,
+    mtu: Option<u32>,
+    log_file: Option<Option<PathBuf>>,
+    log_level: Option<LevelFilter>,
+    mode: Option<Mode>,
+    metrics_file: Option<Option<PathBuf>>,
+    vif_type: Option<VifType>,
+    parent_interface: Option<String>,
+    unknown: Vec<String>,
+}
+
+impl Settings {
+    /// Decodes and validates the `contrail` section of `source`; errors name the key and source.
+    fn read(section: Value, source: &str) -> Result<Settings> {
+        let raw: Raw = decode(section, "contrail", source)?;
+        let key = |k: &'static str| Key { key: k, source };
+        let path = |k: &'static str, v: Option<String>, empty: bool| {
+            v.map(|v| key(k).path(&v, empty)).transpose()
+        };
+        let mut unknown: Vec<String> = raw.unknown.into_iter().map(|(k, _)| k).collect();
+        unknown.sort();
+        Ok(Settings {
+            vrouter_ip: raw
+                .vrouter_ip
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| key("vrouter-ip").err(format!("{v:?} is not an IP address")))
+                })
+                .transpose()?,
+            vrouter_port: raw
+                .vrouter_port
+                .map(|v| key("vrouter-port").integer(&v, 1, 65535).map(|p| p as u16))
+                .transpose()?,
+            config_dir: path("config-dir", raw.config_dir, false)?.flatten(),
+            poll_timeout: raw
+                .poll_timeout
+                .map(|v| key("poll-timeout").number(&v, 0.01, 60.0))
+                .transpose()?
+                .map(Duration::from_secs_f64),
+            poll_retries: raw
+                .poll_retries
+                .map(|v| key("poll-retries").integer(&v, 1, 10_000))
+                .transpose()?,
+            cluster_name: raw
+                .cluster_name
+                .map(|c| {
+                    if valid_name(&c) {
+                        Ok(c)
+                    } else {
+                        Err(key("cluster-name")
+                            .err(format!("{c:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")))
+                    }
+                })
+                .transpose()?,
+            // 68 is the IPv4 minimum; IPv6 needs 1280, checked once the agent says the VMI has v6.
+            mtu: raw
+                .mtu
+                .map(|v| key("mtu").integer(&v, 68, 65535))
+                .transpose()?,
+            log_file: path("log-file", raw.log_file, true)?,
+            log_level: raw
+                .log_level
+                .map(|l| {
+                    parse_level(&l.0).ok_or_else(|| {
+                        key("log-level").err(format!(
+                            "{:?} is not 0..6 or error/warn/info/debug/trace",
+                            l.0
+                        ))
+                    })
+                })
+                .transpose()?,
+            mode: raw
+                .mode
+                .map(|m| parse_mode(&m).map_err(|why| key("mode").err(why)))
+                .transpose()?,
+            // "" turns it off.
+            metrics_file: path("metrics-file", raw.metrics_file, true)?,
+            vif_type: raw
+                .vif_type
+                .map(|v| match v.as_str() {
+                    "veth" => Ok(VifType::Veth),
+                    _ => Err(key("vif-type").err(format!(
+                        "{v:?} is not supported; only \"veth\" (nested macvlan mode is not \
+                         implemented)"
+                    ))),
+                })
+                .transpose()?,
+            parent_interface: raw
+                .parent_interface
+                .map(|i| match crate::cni::check_ifname(&i) {
+                    Ok(()) => Ok(i),
+                    Err(why) => Err(key("parent-interface").err(format!("{i:?} {why}"))),
+                })
+                .transpose()?,
+            unknown,
+        })
+    }
+
+    /// The log line about keys this plugin does not know, if there are any: one line, however
+    /// many, each key escaped and cut short (they come from whoever wrote the source).
+    fn unknown_warning(&self, source: &str) -> Option<String> {
+        const SHOWN: usize = 5;
+        if self.unknown.is_empty() {
+            return None;
+        }
+        let mut names: Vec<String> = self
+            .unknown
+            .iter()
+            .take(SHOWN)
+            .map(|k| format!("contrail.{}", crate::logging::Shown(k)))
+            .collect();
+        if self.unknown.len() > SHOWN {
+            names.push(format!("and {} more", self.unknown.len() - SHOWN));
+        }
+        Some(format!(
+            "ignoring {} unknown key(s) (from {source}): {}",
+            self.unknown.len(),
+            names.join(", ")
+        ))
+    }
+}
+
+/// A key of one source, for validation and its errors.
+struct Key<'a> {
+    key: &'static str,
+    source: &'a str,
+}
+
+impl Key<'_> {
+    fn err(&self, why: impl fmt::Display) -> Error {
+        Error::config(format!("contrail.{} (from {})", self.key, self.source), why)
+    }
+
+    /// A number within `min..=max`.
+    fn number(&self, s: &Scalar, min: f64, max: f64) -> Result<f64> {
+        match s.0.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && (min..=max).contains(&v) => Ok(v),
+            _ => Err(self.err(format!("{:?} must be a number from {min} to {max}", s.0))),
+        }
+    }
+
+    /// A whole number within `min..=max`.
+    fn integer(&self, s: &Scalar, min: u32, max: u32) -> Result<u32> {
+        let v = self.number(s, min.into(), max.into())?;
+        if v.fract() != 0.0 {
+            return Err(self.err(format!("{v} must be a whole number")));
+        }
+        Ok(v as u32)
+    }
+
+    /// An absolute path without `..`; "" means none when `allow_empty`.
+    fn path(&self, s: &str, allow_empty: bool) -> Result<Option<PathBuf>> {
+        if s.is_empty() && allow_empty {
+            return Ok(None);
+        }
+        if !s.starts_with('/') || s.contains('\0') || s.split('/').any(|c| c == "..") {
+            return Err(self.err(format!("{s:?} must be an absolute path without '..'")));
+        }
+        Ok(Some(PathBuf::from(s)))
+    }
 }
 
 /// Decodes `v` as a `T`, naming the failing key in a code-7 error under `prefix`.
@@ -173,12 +531,22 @@ fn decode<T: DeserializeOwned>(v: Value, prefix: &str, source: &str) -> Result<T
     })
 }
 
-/// The node-wide defaults file: the first `*contrail.conf` or `*tf-cni.conf` in `dir`, by name,
-/// as the legacy plugin picks it. `Ok(None)` when there is none (or no such directory).
-pub fn load_node_defaults(dir: &Path) -> Result<Option<(PathBuf, Value)>> {
+/// The directory the node-wide file is looked for in: `CONTRAIL_CNI_CONF_DIR` or the default.
+pub fn node_conf_dir() -> PathBuf {
+    std::env::var_os(NODE_CONF_DIR_ENV)
+        .map_or_else(|| PathBuf::from(DEFAULT_NODE_CONF_DIR), PathBuf::from)
+}
+
+/// The node-wide file in `dir`: the first `*contrail.conf` or `*tf-cni.conf` by name, as the
+/// legacy plugin picks it, with its JSON. None when there is none (or no such directory).
+pub fn find_node_file(dir: &Path) -> Result<(NodeFile, Option<Value>)> {
+    let none = || NodeFile {
+        dir: dir.to_path_buf(),
+        path: None,
+    };
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((none(), None)),
         Err(e) => return Err(Error::io("reading node config directory", dir)(e)),
     };
     let mut names: Vec<PathBuf> = entries
@@ -189,26 +557,83 @@ pub fn load_node_defaults(dir: &Path) -> Result<Option<(PathBuf, Value)>> {
         })
         .collect();
     names.sort();
-    let Some(path) = names.into_iter().next() else {
-        return Ok(None);
-    };
-    let bytes = std::fs::read(&path).map_err(Error::io("reading node config", &path))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    match names.into_iter().next() {
+        None => Ok((none(), None)),
+        Some(path) => read_node_file(&path).map(|v| {
+            let file = NodeFile {
+                dir: dir.to_path_buf(),
+                path: Some(path),
+            };
+            (file, Some(v))
+        }),
+    }
+}
+
+/// Reads a node-wide file (followed if a symlink: a ConfigMap mount is made of them).
+pub fn read_node_file(path: &Path) -> Result<Value> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_NODE_FILE + 1).read_to_end(&mut bytes))
+        .map_err(Error::io("reading node config", path))?;
+    if bytes.len() as u64 > MAX_NODE_FILE {
+        return Err(Error::config(
+            path.display(),
+            format!("is larger than {MAX_NODE_FILE} bytes"),
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
         Error::config(
             format!("node config {}", path.display()),
             format!("not valid JSON: {e}"),
         )
-    })?;
-    Ok(Some((path, value)))
+    })
 }
 
-/// Parses stdin over the node defaults. Pure: all I/O happened before.
-pub fn parse(stdin: &[u8], node: Option<(&Path, &Value)>) -> Result<NetConf> {
-    parse_named(stdin, "stdin", node)
+/// The node's settings: the built-in defaults under the node-wide file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub file: NodeFile,
+    pub contrail: Contrail,
+    /// About the node-wide file's unknown keys, for the log.
+    pub warnings: Vec<String>,
 }
 
-/// [`parse`] of a config that comes from `source` (a file to install, say) rather than stdin.
-pub fn parse_named(stdin: &[u8], source: &str, node: Option<(&Path, &Value)>) -> Result<NetConf> {
+/// The node's settings from the node-wide file in [`node_conf_dir`].
+pub fn load_node() -> Result<Node> {
+    let (file, value) = find_node_file(&node_conf_dir())?;
+    node(file, value.as_ref())
+}
+
+/// The node's settings from the node-wide file at `path` (given by hand: `inspect --config`,
+/// `install --conf`).
+pub fn load_node_from(path: &Path) -> Result<Node> {
+    let file = NodeFile {
+        dir: path.parent().unwrap_or(Path::new("/")).to_path_buf(),
+        path: Some(path.to_path_buf()),
+    };
+    node(file, Some(&read_node_file(path)?))
+}
+
+/// The node's settings from `value`, the node-wide file found as `file`. Pure.
+pub fn node(file: NodeFile, value: Option<&Value>) -> Result<Node> {
+    let source = file.describe();
+    let settings = match value.and_then(|v| v.get("contrail")) {
+        None | Some(Value::Null) => Settings::default(),
+        Some(section) => Settings::read(section.clone(), &source)?,
+    };
+    let warnings = settings.unknown_warning(&source).into_iter().collect();
+    let contrail = Contrail::default().with(settings);
+    contrail.check(&source)?;
+    Ok(Node {
+        file,
+        contrail,
+        warnings,
+    })
+}
+
+/// Parses a call's stdin over the node's settings. Pure.
+pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
     let mut de = serde_json::Deserializer::from_slice(stdin);
     let conf: Stdin = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -217,11 +642,11 @@ pub fn parse_named(stdin: &[u8], source: &str, node: Option<(&Path, &Value)>) ->
             let key = if path == "." { "(top level)" } else { &path };
             Error::config(key, e)
         } else {
-            Error::decode(format!("network config on {source} is not JSON: {e}"))
+            Error::decode(format!("network config on stdin is not JSON: {e}"))
         }
     })?;
     de.end()
-        .map_err(|e| Error::decode(format!("network config on {source} is not JSON: {e}")))?;
+        .map_err(|e| Error::decode(format!("network config on stdin is not JSON: {e}")))?;
     let version = match &conf.cni_version {
         Some(v) => Version::parse(v).ok_or_else(|| Error::Version(v.clone()))?,
         None => return Err(Error::config("cniVersion", "missing")),
@@ -237,24 +662,28 @@ pub fn parse_named(stdin: &[u8], source: &str, node: Option<(&Path, &Value)>) ->
             format!("{name:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*"),
         ));
     };
-
-    // Layer by layer: the node file, then stdin; each key's value comes from the last layer
-    // that has it, and an error names that layer's source.
-    let mut layers = Vec::new();
-    if let Some((path, v)) = node {
-        let source = path.display().to_string();
-        match v.get("contrail") {
-            None | Some(Value::Null) => {}
-            Some(section) => layers.push((decode(section.clone(), "contrail", &source)?, source)),
+    let source = format!("stdin: network {network:?}");
+    let mut section = conf.contrail.unwrap_or_default();
+    // The node's keys: any value that does not read as the node's own (an invalid one
+    // included) is refused as the node's to set, whatever it is.
+    let mut refused = Vec::new();
+    for (key, _) in KEYS.iter().filter(|(_, scope)| *scope == Scope::Node) {
+        let Some(value) = section.remove(*key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let one = Value::Object(Map::from_iter([(key.to_string(), value)]));
+        let same =
+            Settings::read(one, &source).is_ok_and(|s| node.contrail.differing(&s).is_empty());
+        if !same {
+            refused.push(*key);
         }
     }
-    if let Some(section) = conf.contrail {
-        layers.push((
-            decode(Value::Object(section), "contrail", source)?,
-            source.to_string(),
-        ));
-    }
-    let (contrail, warnings) = contrail(&layers)?;
+    let stdin = Settings::read(Value::Object(section), &source)?;
+    // What a network may choose: its interfaces' MTU.
+    let contrail = Contrail {
+        mtu: stdin.mtu.unwrap_or(node.contrail.mtu),
+        ..node.contrail.clone()
+    };
     Ok(NetConf {
         cni_version: version,
         network,
@@ -262,190 +691,11 @@ pub fn parse_named(stdin: &[u8], source: &str, node: Option<(&Path, &Value)>) ->
         runtime_config: conf.runtime_config,
         args: conf.args,
         valid_attachments: conf.valid_attachments.or(conf.attachments),
+        warnings: stdin.unknown_warning(&source).into_iter().collect(),
+        refused,
+        node_file: node.file.clone(),
         contrail,
-        warnings,
     })
-}
-
-/// One key's value and where it came from.
-struct Sourced<'a, T> {
-    value: T,
-    key: &'static str,
-    from: &'a str,
-}
-
-impl<T> Sourced<'_, T> {
-    fn err(&self, why: impl fmt::Display) -> Error {
-        Error::config(format!("contrail.{} (from {})", self.key, self.from), why)
-    }
-}
-
-/// The value of `key` from the last layer that sets it.
-fn pick<'a, T: Clone>(
-    layers: &'a [(Layer, String)],
-    key: &'static str,
-    field: impl Fn(&Layer) -> &Option<T>,
-) -> Option<Sourced<'a, T>> {
-    layers.iter().rev().find_map(|(layer, from)| {
-        field(layer)
-            .clone()
-            .map(|value| Sourced { value, key, from })
-    })
-}
-
-/// A number within `min..=max`, or `default` when no layer sets it.
-fn number(
-    layers: &[(Layer, String)],
-    key: &'static str,
-    field: impl Fn(&Layer) -> &Option<Scalar>,
-    (default, min, max): (f64, f64, f64),
-) -> Result<f64> {
-    let Some(n) = pick(layers, key, field) else {
-        return Ok(default);
-    };
-    match n.value.0.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && (min..=max).contains(&v) => Ok(v),
-        _ => Err(n.err(format!(
-            "{:?} must be a number from {min} to {max}",
-            n.value.0
-        ))),
-    }
-}
-
-/// A whole number within `min..=max`.
-fn integer(
-    layers: &[(Layer, String)],
-    key: &'static str,
-    field: impl Fn(&Layer) -> &Option<Scalar> + Copy,
-    (default, min, max): (u32, u32, u32),
-) -> Result<u32> {
-    let v = number(layers, key, field, (default.into(), min.into(), max.into()))?;
-    if v.fract() != 0.0 {
-        let n = pick(layers, key, field).expect("a fraction was read from some layer");
-        return Err(n.err(format!("{v} must be a whole number")));
-    }
-    Ok(v as u32)
-}
-
-/// An absolute path without `..`; "" means none when `allow_empty`.
-fn path(
-    layers: &[(Layer, String)],
-    key: &'static str,
-    field: impl Fn(&Layer) -> &Option<String>,
-    default: &str,
-    allow_empty: bool,
-) -> Result<Option<PathBuf>> {
-    let Some(p) = pick(layers, key, field) else {
-        return Ok(Some(PathBuf::from(default)));
-    };
-    let s = &p.value;
-    if s.is_empty() && allow_empty {
-        return Ok(None);
-    }
-    if !s.starts_with('/') || s.contains('\0') || s.split('/').any(|c| c == "..") {
-        return Err(p.err(format!("{s:?} must be an absolute path without '..'")));
-    }
-    Ok(Some(PathBuf::from(s)))
-}
-
-/// The typed section, and a warning for each key it does not know.
-fn contrail(layers: &[(Layer, String)]) -> Result<(Contrail, Vec<String>)> {
-    let vrouter_ip = match pick(layers, "vrouter-ip", |l| &l.vrouter_ip) {
-        None => IpAddr::from([127, 0, 0, 1]),
-        Some(ip) => ip
-            .value
-            .parse()
-            .map_err(|_| ip.err(format!("{:?} is not an IP address", ip.value)))?,
-    };
-    let vrouter_port = integer(
-        layers,
-        "vrouter-port",
-        |l| &l.vrouter_port,
-        (9091, 1, 65535),
-    )?;
-    let config_dir = path(
-        layers,
-        "config-dir",
-        |l| &l.config_dir,
-        "/var/lib/contrail/ports/vm",
-        false,
-    )?
-    .unwrap_or_default();
-    let poll_timeout = number(
-        layers,
-        "poll-timeout",
-        |l| &l.poll_timeout,
-        (3.0, 0.001, 3600.0),
-    )?;
-    let poll_retries = integer(layers, "poll-retries", |l| &l.poll_retries, (20, 1, 10_000))?;
-    let cluster_name = match pick(layers, "cluster-name", |l| &l.cluster_name) {
-        None => "k8s".to_string(),
-        Some(c) if valid_name(&c.value) => c.value,
-        Some(c) => {
-            return Err(c.err(format!(
-                "{:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*",
-                c.value
-            )));
-        }
-    };
-    // 68 is the IPv4 minimum; IPv6 needs 1280, checked once the agent says the VMI has v6.
-    let mtu = integer(layers, "mtu", |l| &l.mtu, (1500, 68, 65535))?;
-    let log_file = path(
-        layers,
-        "log-file",
-        |l| &l.log_file,
-        "/var/log/contrail/cni/opencontrail.log",
-        true,
-    )?;
-    let log_level = match pick(layers, "log-level", |l| &l.log_level) {
-        None => LevelFilter::Info,
-        Some(l) => parse_level(&l.value.0).ok_or_else(|| {
-            l.err(format!(
-                "{:?} is not 0..6 or error/warn/info/debug/trace",
-                l.value.0
-            ))
-        })?,
-    };
-    // Off unless set; "" turns it off again in a later layer.
-    let metrics_file = match pick(layers, "metrics-file", |l| &l.metrics_file) {
-        None => None,
-        Some(_) => path(layers, "metrics-file", |l| &l.metrics_file, "", true)?,
-    };
-    let mode = match pick(layers, "mode", |l| &l.mode) {
-        None => Mode::Plugin,
-        Some(m) => parse_mode(&m.value).map_err(|why| m.err(why))?,
-    };
-    if let Some(v) = pick(layers, "vif-type", |l| &l.vif_type).filter(|v| v.value != "veth") {
-        return Err(v.err(format!(
-            "{:?} is not supported; only \"veth\" (nested macvlan mode is not implemented)",
-            v.value
-        )));
-    }
-    // Unknown keys, each from the last layer that has it.
-    let mut unknown: BTreeMap<&str, &str> = BTreeMap::new();
-    for (layer, from) in layers {
-        for key in layer.unknown.keys() {
-            unknown.insert(key, from);
-        }
-    }
-    let warnings = unknown
-        .iter()
-        .map(|(key, from)| format!("ignoring unknown key contrail.{key} (from {from})"))
-        .collect();
-    let contrail = Contrail {
-        vrouter_ip,
-        vrouter_port: vrouter_port as u16,
-        config_dir,
-        poll_timeout: Duration::from_secs_f64(poll_timeout),
-        poll_retries,
-        cluster_name,
-        mtu,
-        log_file,
-        log_level,
-        mode,
-        metrics_file,
-    };
-    Ok((contrail, warnings))
 }
 
 fn parse_mode(s: &str) -> std::result::Result<Mode, String> {
@@ -482,8 +732,31 @@ mod tests {
     use crate::error::code;
     use serde_json::json;
 
+    fn no_file() -> NodeFile {
+        NodeFile {
+            dir: PathBuf::from("/etc/cni/net.d"),
+            path: None,
+        }
+    }
+
+    fn file() -> NodeFile {
+        NodeFile {
+            dir: PathBuf::from("/etc/cni/net.d"),
+            path: Some(PathBuf::from("/etc/cni/net.d/10-contrail.conf")),
+        }
+    }
+
     fn parse_json(v: Value) -> Result<NetConf> {
-        parse(v.to_string().as_bytes(), None)
+        parse(v.to_string().as_bytes(), &node(no_file(), None).unwrap())
+    }
+
+    /// stdin's config over a node-wide file with this `contrail` section.
+    fn over(section: Value, stdin: Value) -> Result<NetConf> {
+        let value = json!({"cniVersion": "1.0.0", "contrail": section});
+        let node = node(file(), Some(&value))?;
+        let mut conf = parse(stdin.to_string().as_bytes(), &node)?;
+        conf.warnings.splice(0..0, node.warnings);
+        Ok(conf)
     }
 
     #[test]
@@ -493,12 +766,11 @@ mod tests {
                 .unwrap();
         assert_eq!(c.cni_version, Version::V030);
         assert_eq!(c.network, "net-a");
+        assert_eq!(c.contrail, Contrail::default());
         let k = &c.contrail;
         assert_eq!(k.vrouter_ip.to_string(), "127.0.0.1");
         assert_eq!(k.vrouter_port, 9091);
         assert_eq!(k.config_dir, PathBuf::from("/var/lib/contrail/ports/vm"));
-        assert_eq!(k.poll_timeout, Duration::from_secs(3));
-        assert_eq!(k.poll_retries, 20);
         assert_eq!(k.poll_budget(), Duration::from_secs(60));
         assert_eq!(k.cluster_name, "k8s");
         assert_eq!(k.mtu, 1500);
@@ -507,8 +779,7 @@ mod tests {
             Some(PathBuf::from("/var/log/contrail/cni/opencontrail.log"))
         );
         assert_eq!(k.log_level, LevelFilter::Info);
-        assert_eq!(k.mode, Mode::Plugin);
-        assert!(c.warnings.is_empty());
+        assert!(c.warnings.is_empty() && c.refused.is_empty());
     }
 
     #[test]
@@ -522,28 +793,127 @@ mod tests {
     }
 
     #[test]
-    fn stdin_wins_over_node_file_key_by_key() {
-        let node = json!({"contrail": {"vrouter-port": 9999, "mtu": 1400, "poll-retries": 15}});
-        let stdin = json!({"cniVersion": "0.4.0", "name": "n", "contrail": {"mtu": 9000}});
-        let c = parse(
-            stdin.to_string().as_bytes(),
-            Some((Path::new("/x/10-contrail.conf"), &node)),
+    fn the_node_file_sets_node_keys_and_stdin_only_the_mtu() {
+        let c = over(
+            json!({"vrouter-port": 9999, "mtu": 1400, "poll-retries": 15}),
+            json!({"cniVersion": "0.4.0", "name": "n", "contrail": {"mtu": 9000}}),
         )
         .unwrap();
-        assert_eq!(
+        let k = &c.contrail;
+        assert_eq!((k.vrouter_port, k.mtu, k.poll_retries), (9999, 9000, 15));
+        assert!(c.refused.is_empty());
+    }
+
+    /// A value for every node-scoped key: the node's (as the node file says it, or another
+    /// spelling of it) and another one.
+    fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
+        vec![
             (
-                c.contrail.vrouter_port,
-                c.contrail.mtu,
-                c.contrail.poll_retries
+                "vrouter-ip",
+                json!("127.0.0.1"),
+                json!("127.0.0.1"),
+                json!("10.0.0.9"),
             ),
-            (9999, 9000, 15)
+            ("vrouter-port", json!(9091), json!("9091"), json!(9999)),
+            (
+                "config-dir",
+                json!("/var/lib/x"),
+                json!("/var/lib/x"),
+                json!("/etc"),
+            ),
+            ("poll-timeout", json!(3), json!("3.0"), json!(0.01)),
+            ("poll-retries", json!(20), json!(20.0), json!(10_000)),
+            ("cluster-name", json!("k8s"), json!("k8s"), json!("other")),
+            (
+                "log-file",
+                json!("/var/log/c.log"),
+                json!("/var/log//c.log"),
+                json!(""),
+            ),
+            ("log-level", json!(4), json!("info"), json!("off")),
+            ("mode", json!("plugin"), json!("k8s"), json!("plugin-x")),
+            (
+                "metrics-file",
+                json!("/m/x.prom"),
+                json!("/m/x.prom"),
+                json!("/etc/passwd"),
+            ),
+            ("vif-type", json!("veth"), json!("veth"), json!("macvlan")),
+            (
+                "parent-interface",
+                json!("eth0"),
+                json!("eth0"),
+                json!("eth1"),
+            ),
+        ]
+    }
+
+    #[test]
+    fn stdin_may_repeat_node_keys_with_the_nodes_value_and_no_other() {
+        let node_keys: Vec<&str> = KEYS
+            .iter()
+            .filter(|(_, s)| *s == Scope::Node)
+            .map(|(k, _)| *k)
+            .collect();
+        let cases = node_values();
+        assert_eq!(
+            cases.iter().map(|c| c.0).collect::<Vec<_>>(),
+            node_keys,
+            "every node-scoped key is tried"
         );
+        for (key, node, same, other) in cases {
+            let node = json!({key: node});
+            let stdin =
+                |v: &Value| json!({"cniVersion": "1.0.0", "name": "net-a", "contrail": {key: v}});
+            let c = over(node.clone(), stdin(&same)).unwrap();
+            assert!(c.refused.is_empty(), "{key}: {same} is the node's value");
+            // Another value is refused (or invalid: code 7 either way), and the node's wins.
+            match over(node.clone(), stdin(&other)) {
+                Ok(c) => {
+                    assert_eq!(c.refused, [key], "{key}");
+                    assert_eq!(
+                        c.contrail,
+                        over(node, json!({"cniVersion": "1.0.0"})).unwrap().contrail
+                    );
+                    let e = c.refusal().unwrap();
+                    assert_eq!(e.code(), code::INVALID_CONFIG);
+                    let msg = e.to_string();
+                    for words in [
+                        &format!("contrail.{key}"),
+                        "\"net-a\"",
+                        "/etc/cni/net.d/10-contrail.conf",
+                    ] {
+                        assert!(msg.contains(words), "{key}: {msg}");
+                    }
+                }
+                Err(e) => assert_eq!(e.code(), code::INVALID_CONFIG, "{key}: {e}"),
+            }
+            // Without a node-wide file, stdin cannot change the defaults either.
+            let c = parse_json(stdin(&other));
+            assert!(
+                c.as_ref().map_or(true, |c| !c.refused.is_empty()
+                    || c.contrail == Contrail::default()),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_without_a_node_file_says_where_one_goes() {
+        let c = parse_json(
+            json!({"cniVersion": "1.0.0", "name": "n", "contrail": {"vrouter-port": 1}}),
+        )
+        .unwrap();
+        let msg = c.refusal().unwrap().to_string();
+        assert!(msg.contains("*contrail.conf in /etc/cni/net.d"), "{msg}");
     }
 
     #[test]
     fn numeric_strings_and_fractional_timeouts_are_accepted() {
-        let c = parse_json(json!({"cniVersion": "0.3.1", "contrail": {
-            "vrouter-port": "9092", "poll-timeout": 0.25, "poll-retries": " 4 ", "log-level": 5, "log-file": ""}}))
+        let c = over(
+            json!({"vrouter-port": "9092", "poll-timeout": 0.25, "poll-retries": " 4 ", "log-level": 5, "log-file": ""}),
+            json!({"cniVersion": "0.3.1"}),
+        )
         .unwrap();
         assert_eq!(c.contrail.vrouter_port, 9092);
         assert_eq!(c.contrail.poll_budget(), Duration::from_secs(1));
@@ -553,36 +923,47 @@ mod tests {
 
     #[test]
     fn null_counts_as_absent() {
-        let c = parse_json(json!({"cniVersion": "0.3.1", "contrail": {"mtu": null}})).unwrap();
+        let c = parse_json(
+            json!({"cniVersion": "0.3.1", "contrail": {"mtu": null, "vrouter-port": null}}),
+        )
+        .unwrap();
         assert_eq!(c.contrail.mtu, 1500);
+        assert!(c.refused.is_empty());
     }
 
     #[test]
-    fn unknown_keys_become_warnings_naming_their_file() {
-        let node = json!({"contrail": {"vrouter_ip": "127.0.0.1"}});
-        let stdin = json!({"cniVersion": "0.4.0", "contrail": {"mtu": 1400, "poll-timout": 5}});
-        let c = parse(
-            stdin.to_string().as_bytes(),
-            Some((Path::new("/n/10-contrail.conf"), &node)),
+    fn unknown_keys_become_one_warning_per_source() {
+        let mut keys = Map::new();
+        for i in 0..9000 {
+            keys.insert(format!("k{i:04}\n\u{1b}[31mforged line"), json!(1));
+        }
+        let c = over(
+            json!({"vrouter_ip": "127.0.0.1"}),
+            json!({"cniVersion": "0.4.0", "name": "net-a", "contrail": keys}),
         )
         .unwrap();
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
         assert_eq!(
-            c.warnings,
-            [
-                "ignoring unknown key contrail.poll-timout (from stdin)",
-                "ignoring unknown key contrail.vrouter_ip (from /n/10-contrail.conf)"
-            ]
+            c.warnings[0],
+            "ignoring 1 unknown key(s) (from /etc/cni/net.d/10-contrail.conf): contrail.vrouter_ip"
+        );
+        let w = &c.warnings[1];
+        assert!(w.starts_with("ignoring 9000 unknown key(s) (from stdin: network \"net-a\"): contrail.k0000\\n\\u{1b}[31mforged line"), "{w}");
+        assert!(
+            w.ends_with("and 8995 more") && w.len() < 1000 && !w.contains('\n'),
+            "{w}"
         );
     }
 
     #[test]
     fn legacy_mode_k8s_is_plugin_mode() {
-        let c = parse_json(
-            json!({"cniVersion": "0.3.1", "contrail": {"mode": "k8s", "meta-plugin": "multus"}}),
+        let c = over(
+            json!({"mode": "k8s", "meta-plugin": "multus"}),
+            json!({"cniVersion": "0.3.1"}),
         )
         .unwrap();
         assert_eq!(c.contrail.mode, Mode::Plugin);
-        let thick = parse_json(json!({"cniVersion": "0.3.1", "contrail": {"mode": "thick"}}));
+        let thick = over(json!({"mode": "thick"}), json!({"cniVersion": "0.3.1"}));
         #[cfg(feature = "thick")]
         assert_eq!(thick.unwrap().contrail.mode, Mode::Thick);
         #[cfg(not(feature = "thick"))]
@@ -590,7 +971,7 @@ mod tests {
     }
 
     #[test]
-    fn invalid_values_name_their_key_with_code_7() {
+    fn invalid_values_name_their_key_and_source_with_code_7() {
         let cases = [
             ("vrouter-ip", json!("localhost")),
             ("vrouter-ip", json!(1)),
@@ -601,6 +982,7 @@ mod tests {
             ("config-dir", json!("/var/../etc")),
             ("poll-timeout", json!(0)),
             ("poll-timeout", json!(-1)),
+            ("poll-timeout", json!(61)),
             ("poll-retries", json!(1.5)),
             ("poll-retries", json!(0)),
             ("cluster-name", json!("a/b")),
@@ -613,29 +995,74 @@ mod tests {
             ("log-level", json!([])),
             ("mode", json!("fat")),
             ("vif-type", json!("macvlan")),
+            ("parent-interface", json!("a/b")),
             ("meta-plugin", json!(1)),
         ];
         for (key, value) in cases {
-            let err =
-                parse_json(json!({"cniVersion": "1.0.0", "contrail": {key: value}})).unwrap_err();
+            let err = over(json!({key: value}), json!({"cniVersion": "1.0.0"})).unwrap_err();
             assert_eq!(err.code(), code::INVALID_CONFIG, "{key}={value}");
             let msg = err.to_string();
             assert!(
-                msg.contains(&format!("contrail.{key} (from stdin)")),
+                msg.contains(&format!(
+                    "contrail.{key} (from /etc/cni/net.d/10-contrail.conf)"
+                )),
                 "{key}: {msg}"
+            );
+            // On stdin, a node-scoped key is refused whatever its value; the network's own keys
+            // are checked.
+            let stdin = json!({"cniVersion": "1.0.0", "contrail": {key: value}});
+            match KEYS.iter().find(|(k, _)| *k == key).unwrap().1 {
+                Scope::Node => assert_eq!(over(json!({}), stdin).unwrap().refused, [key]),
+                Scope::Network => {
+                    let msg = over(json!({}), stdin).unwrap_err().to_string();
+                    assert!(
+                        msg.contains(&format!("contrail.{key} (from stdin: network \"default\")")),
+                        "{msg}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_nodes_budget_and_files_are_bounded() {
+        let too_long = over(
+            json!({"poll-timeout": 60, "poll-retries": 6}),
+            json!({"cniVersion": "1.0.0"}),
+        );
+        let msg = too_long.unwrap_err().to_string();
+        assert!(
+            msg.contains("poll-timeout x contrail.poll-retries") && msg.contains("300 s"),
+            "{msg}"
+        );
+        assert!(
+            over(
+                json!({"poll-timeout": 60, "poll-retries": 5}),
+                json!({"cniVersion": "1.0.0"})
+            )
+            .is_ok()
+        );
+        for key in ["log-file", "metrics-file"] {
+            let inside = over(
+                json!({"config-dir": "/var/lib/c", key: "/var/lib/c/k8s__a__b/x"}),
+                json!({"cniVersion": "1.0.0"}),
+            );
+            let msg = inside.unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("contrail.{key}")) && msg.contains("inside config-dir"),
+                "{msg}"
             );
         }
     }
 
     #[test]
     fn errors_from_the_node_file_name_the_file() {
-        let file = Path::new("/etc/cni/net.d/10-contrail.conf");
         for node in [
             json!({"contrail": {"mtu": 1}}),
             json!({"contrail": {"mtu": "x"}}),
             json!({"contrail": []}),
         ] {
-            let err = parse(br#"{"cniVersion":"1.0.0"}"#, Some((file, &node))).unwrap_err();
+            let err = super::node(file(), Some(&node)).unwrap_err();
             assert_eq!(err.code(), code::INVALID_CONFIG, "{node}");
             assert!(err.to_string().contains("10-contrail.conf"), "{err}");
         }
@@ -643,9 +1070,10 @@ mod tests {
 
     #[test]
     fn top_level_errors() {
-        assert_eq!(parse(b"{not json", None).unwrap_err().code(), code::DECODE);
-        assert_eq!(parse(b"{} x", None).unwrap_err().code(), code::DECODE);
-        let err = parse(b"[]", None).unwrap_err();
+        let parse_bytes = |b: &[u8]| parse(b, &node(no_file(), None).unwrap());
+        assert_eq!(parse_bytes(b"{not json").unwrap_err().code(), code::DECODE);
+        assert_eq!(parse_bytes(b"{} x").unwrap_err().code(), code::DECODE);
+        let err = parse_bytes(b"[]").unwrap_err();
         assert_eq!(err.code(), code::INVALID_CONFIG);
         assert!(err.to_string().contains("a JSON object"), "{err}");
         for (conf, key) in [

@@ -60,6 +60,13 @@ pub enum Error {
     Decode(String),
     #[error("invalid network config: {key}: {why}")]
     Config { key: String, why: String },
+    /// The network's config sets keys that are the node's to other values than the node's.
+    #[error("{}", node_keys_message(keys, network, node_file))]
+    NodeKeys {
+        keys: Vec<&'static str>,
+        network: String,
+        node_file: String,
+    },
     /// One request to the agent failed.
     #[error("{}", agent_message(agent, request, fault))]
     Agent {
@@ -74,6 +81,9 @@ pub enum Error {
         what: String,
         last: String,
     },
+    /// A DEL of the attachment came while this ADD waited for the agent: the ADD stops.
+    #[error("stopped waiting for {what}: a DEL of this attachment came while it was being added")]
+    Abandoned { what: String },
     /// STATUS: the agent does not answer at all.
     #[error("vRouter agent at {agent} is unreachable: {why}")]
     Unavailable { agent: String, why: String },
@@ -107,6 +117,16 @@ fn agent_message(agent: &str, request: &str, fault: &AgentFault) -> String {
             "vRouter agent at {agent} answered {request} with what this plugin refuses: {why}"
         ),
     }
+}
+
+fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
+    let keys: Vec<String> = keys.iter().map(|k| format!("contrail.{k}")).collect();
+    format!(
+        "invalid network config: {}: the config of network {network:?} sets node-scoped \
+         settings to other values than the node's; only the node-wide file {node_file} may set \
+         them: remove them from the network's config (NetworkAttachmentDefinition)",
+        keys.join(", ")
+    )
 }
 
 fn join(errors: &[Error]) -> String {
@@ -151,7 +171,7 @@ impl Error {
             Error::Env { .. } => code::INVALID_ENV,
             Error::Io { .. } => code::IO,
             Error::Decode(_) => code::DECODE,
-            Error::Config { .. } => code::INVALID_CONFIG,
+            Error::Config { .. } | Error::NodeKeys { .. } => code::INVALID_CONFIG,
             Error::Agent {
                 fault: AgentFault::Refused(_),
                 ..
@@ -160,7 +180,7 @@ impl Error {
             Error::Unavailable { .. } => code::NOT_AVAILABLE,
             Error::Internal(_) => code::INTERNAL,
             Error::NoVmi(_) => code::NO_VMI,
-            Error::Link(_) | Error::Interface(_) => code::INTERFACE,
+            Error::Link(_) | Error::Interface(_) | Error::Abandoned { .. } => code::INTERFACE,
             Error::Check(_) => code::CHECK_FAILED,
             Error::RolledBack { error, .. } => error.code(),
         }

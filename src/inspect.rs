@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::agent::Agent;
-use crate::config::{self, NetConf};
+use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::netlink::{Netns, Socket};
 use crate::state::{Record, StateDir};
@@ -144,33 +144,19 @@ pub fn health(record: &Record, o: &Observed) -> Finding {
     }
 }
 
-fn load(config: Option<&Path>) -> Result<NetConf> {
+fn load(config: Option<&Path>) -> Result<Contrail> {
     let node = match config {
-        Some(path) => {
-            let text = std::fs::read(path).map_err(Error::io("reading", path))?;
-            let v = serde_json::from_slice(&text)
-                .map_err(|e| Error::config(path.display(), format!("not valid JSON: {e}")))?;
-            Some((path.to_path_buf(), v))
-        }
-        None => {
-            let dir = std::env::var_os(config::NODE_CONF_DIR_ENV).map_or_else(
-                || PathBuf::from(config::DEFAULT_NODE_CONF_DIR),
-                PathBuf::from,
-            );
-            config::load_node_defaults(&dir)?
-        }
+        Some(path) => config::load_node_from(path)?,
+        None => config::load_node()?,
     };
-    config::parse(
-        br#"{"cniVersion":"1.0.0"}"#,
-        node.as_ref().map(|(p, v)| (p.as_path(), v)),
-    )
+    Ok(node.contrail)
 }
 
 /// Looks at one record in its netns, on the host and in the agent.
 fn observe(
     host: &mut Socket,
     agent: &Agent,
-    conf: &NetConf,
+    conf: &Contrail,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
     let host_if = host.link(&r.host_ifname).ok().flatten().is_some();
@@ -181,7 +167,7 @@ fn observe(
         let addrs = sock.addrs(link.index).unwrap_or_default();
         Some((link, addrs))
     });
-    let agent_view = match agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.contrail.poll_timeout) {
+    let agent_view = match agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout) {
         Ok(Some(ip)) => ip
             .registered_as
             .map_or(AgentView::NoIpConfig, AgentView::Registered),
@@ -237,11 +223,11 @@ fn debris(pod: &str, finding: &Finding) -> Row {
     }
 }
 
-pub fn rows(conf: &NetConf) -> Result<Vec<Row>> {
-    let dir = &conf.contrail.config_dir;
+pub fn rows(conf: &Contrail) -> Result<Vec<Row>> {
+    let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    let agent = Agent::new(&conf.contrail);
+    let agent = Agent::new(conf);
     if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
         for vm_name in state.pods().map_err(Error::io("reading", dir))? {
             let files = state
@@ -309,11 +295,11 @@ pub fn rows(conf: &NetConf) -> Result<Vec<Row>> {
 /// The pod's VMIs that the agent has registered although no state file explains them.
 fn stray_registrations(
     agent: &Agent,
-    conf: &NetConf,
+    conf: &Contrail,
     vm_name: &str,
     records: &[Record],
 ) -> Vec<Row> {
-    let t = conf.contrail.poll_timeout;
+    let t = conf.poll_timeout;
     let Ok(Some(vmis)) = agent.pod_config(vm_name, t) else {
         return Vec::new();
     };

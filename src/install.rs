@@ -92,7 +92,12 @@ fn own_binary() -> Result<Vec<u8>> {
 /// reject on every pod.
 fn install_conf(dir: &Path, file: &Path) -> Result<PathBuf> {
     let text = fs::read(file).map_err(Error::io("reading", file))?;
-    crate::config::parse_named(&text, &file.display().to_string(), None)?;
+    // The node's settings, and the same file as kubelet hands it to the plugin on stdin.
+    let node = crate::config::load_node_from(file)?;
+    let conf = crate::config::parse(&text, &node)?;
+    if let Some(refusal) = conf.refusal() {
+        return Err(refusal);
+    }
     let name = file
         .file_name()
         .ok_or_else(|| Error::config(file.display(), "is not a file name"))?;
@@ -173,10 +178,8 @@ fn watch(opts: &Options, me: &[u8]) {
 
 /// One sweep with the config as it is now; a failure is logged, and the next sweep tries again.
 fn sweep(file: &Path, grace: Duration) {
-    let swept = fs::read(file)
-        .map_err(Error::io("reading", file))
-        .and_then(|text| crate::config::parse_named(&text, &file.display().to_string(), None))
-        .and_then(|conf| crate::node::sweep(&conf, grace));
+    let swept = crate::config::load_node_from(file)
+        .and_then(|node| crate::node::sweep(&node.contrail, grace));
     if let Err(e) = swept {
         log::error!("sweep: {e}");
     }

@@ -11,6 +11,7 @@ pub mod cni;
 pub mod config;
 pub mod crash;
 pub mod error;
+pub mod files;
 pub mod inspect;
 pub mod install;
 pub mod logging;
@@ -21,14 +22,12 @@ pub mod pod;
 pub mod state;
 pub mod vmi;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::attach::Call;
 use crate::cni::{Command, Env};
-use crate::config::NetConf;
 pub use crate::error::{Error, Result};
 
 /// `--version`: the crate version, the git revision it was built from, the CNI versions.
@@ -41,66 +40,132 @@ pub fn version() -> String {
     )
 }
 
-/// The node-wide defaults (from `CONTRAIL_CNI_CONF_DIR` or /etc/cni/net.d) under stdin.
-fn load_config(stdin: &[u8]) -> Result<NetConf> {
-    let dir = std::env::var_os(config::NODE_CONF_DIR_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_NODE_CONF_DIR));
-    let node = config::load_node_defaults(&dir)?;
-    config::parse(stdin, node.as_ref().map(|(p, v)| (p.as_path(), v)))
+/// What a call's log line says about it: filled in as the call learns it. What the caller chose
+/// is shown as it came (the log escapes it), also when it was refused.
+struct Line {
+    command: String,
+    container: String,
+    ifname: String,
+    network: String,
+    pod: String,
+    vmis: String,
 }
 
-/// Runs one CNI command: `Some` result for stdout, `None` when the command prints nothing.
-/// `version` is updated as soon as the caller's cniVersion is known, so that an error object
-/// echoes it.
-pub fn run(env: &Env, stdin: &[u8], version: &mut String) -> Result<Option<Value>> {
-    if env.command == Command::Version {
+impl Line {
+    fn new(env: Option<&Env>) -> Line {
+        let var = |name: &str| {
+            std::env::var_os(name).map_or_else(String::new, |v| v.to_string_lossy().into_owned())
+        };
+        let (command, container, ifname) = match env {
+            Some(e) => (
+                e.command.as_str().to_string(),
+                e.container_id.clone(),
+                e.ifname.clone(),
+            ),
+            None => (
+                var("CNI_COMMAND"),
+                var("CNI_CONTAINERID"),
+                var("CNI_IFNAME"),
+            ),
+        };
+        Line {
+            command,
+            container,
+            ifname,
+            network: "?".into(),
+            pod: "?".into(),
+            vmis: "-".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} container={} ifname={} network={} pod={} vmi={}",
+            self.command, self.container, self.ifname, self.network, self.pod, self.vmis
+        )
+    }
+}
+
+/// Runs one CNI call (the process's environment `env` and `stdin`, as read): `Some` result for
+/// stdout, `None` when the command prints nothing. `version` is updated as soon as the caller's
+/// cniVersion is known, so that an error object echoes it. Every call but VERSION leaves one
+/// line in the node's log, whatever its environment and stdin say, refused ones included.
+pub fn run(
+    env: Result<Env>,
+    stdin: Result<Vec<u8>>,
+    version: &mut String,
+) -> Result<Option<Value>> {
+    if let Ok(env) = &env
+        && env.command == Command::Version
+    {
         // Probes (podman, libcni) may send an empty or partial config: answer regardless.
-        let requested = serde_json::from_slice::<Value>(stdin).ok();
+        let stdin = stdin.unwrap_or_default();
+        let requested = serde_json::from_slice::<Value>(&stdin).ok();
         let requested = requested
             .as_ref()
             .and_then(|v| v.get("cniVersion"))
             .and_then(Value::as_str);
         return Ok(Some(cni::version_info(requested)));
     }
-    let conf = load_config(stdin)?;
-    *version = conf.cni_version.as_str().to_string();
-    logging::init(conf.contrail.log_file.as_deref(), conf.contrail.log_level);
-    for w in &conf.warnings {
-        log::warn!("{w}");
-    }
     let started = Instant::now();
-    let pod = pod::from_args(&env.args)?;
-    let what = format!(
-        "{} container={} ifname={} network={} pod={}",
-        env.command.as_str(),
-        env.container_id,
-        env.ifname,
-        conf.network,
-        pod.as_ref().map_or_else(
-            || "?".to_string(),
-            |p| format!("{}/{}", p.namespace, p.name)
-        ),
-    );
-    let mut call = Call {
-        env,
-        conf: &conf,
-        pod: pod.as_ref(),
-        vmis: Vec::new(),
+    // The node's settings first: they alone say where the log goes, so that nothing the caller
+    // sends can keep a call out of it.
+    let node = config::load_node();
+    let contrail = match &node {
+        Ok(n) => n.contrail.clone(),
+        // A node-wide file that cannot be read: the call fails, in the default log.
+        Err(_) => config::Contrail::default(),
     };
-    let result = dispatch(&mut call);
+    logging::init(contrail.log_file.as_deref(), contrail.log_level);
+    let mut line = Line::new(env.as_ref().ok());
+    // A metrics label: a known command, never the caller's bytes.
+    let command = env.as_ref().map_or("invalid", |e| e.command.as_str());
+    let result = node.and_then(|node| {
+        let (env, stdin) = (env?, stdin?);
+        for w in &node.warnings {
+            log::warn!("{w}");
+        }
+        let conf = config::parse(&stdin, &node)?;
+        *version = conf.cni_version.as_str().to_string();
+        line.network = conf.network.clone();
+        for w in &conf.warnings {
+            log::warn!("{w}");
+        }
+        if let Some(refusal) = conf.refusal() {
+            // A DEL must go through, or a pod whose NAD went stale never goes: it acts with the
+            // node's settings, which are the only ones that count.
+            if env.command != Command::Del {
+                return Err(refusal);
+            }
+            log::warn!("DEL with the node's settings: {refusal}");
+        }
+        let pod = pod::from_args(&env.args)?;
+        if let Some(p) = &pod {
+            line.pod = format!("{}/{}", p.namespace, p.name);
+        }
+        let mut call = Call {
+            env: &env,
+            conf: &conf,
+            pod: pod.as_ref(),
+            vmis: Vec::new(),
+        };
+        let result = dispatch(&mut call);
+        if !call.vmis.is_empty() {
+            line.vmis = call.vmis.join(",");
+        }
+        result
+    });
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let vmi = match call.vmis.as_slice() {
-        [] => "-".to_string(),
-        vmis => vmis.join(","),
-    };
     match &result {
-        Ok(_) => log::info!("{what} vmi={vmi}: ok in {ms:.1} ms"),
-        Err(e) => log::error!("{what} vmi={vmi}: failed in {ms:.1} ms: {e}"),
+        Ok(_) => log::info!("{line}: ok in {ms:.1} ms"),
+        Err(e) => log::error!("{line}: failed in {ms:.1} ms: {e}"),
     }
-    if let Some(path) = &conf.contrail.metrics_file {
+    if let Some(path) = &contrail.metrics_file {
         let call = metrics::Call {
-            command: env.command.as_str(),
+            command,
             code: result.as_ref().err().map_or(0, Error::code),
             took: started.elapsed(),
             agent_wait: agent::waited(),

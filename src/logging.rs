@@ -1,11 +1,59 @@
-//! Logs go to the configured log file and to stderr; stdout belongs to the CNI result.
+//! Logs go to the node's log file and to stderr; stdout belongs to the CNI result.
+//!
+//! The log is the node's record of every call, so nothing a tenant controls may forge or hide a
+//! line: every record is one line (control characters escaped) of bounded length, and strings a
+//! tenant chose are shown through [`Shown`]. The log file is opened as the state files are: never
+//! through a symbolic link, never blocking, a regular file only; rotation renames only that file.
 
-use std::fs::{self, File, OpenOptions};
+use std::fmt;
+use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use log::LevelFilter;
+use nix::fcntl::OFlag;
+
+use crate::files;
+
+/// The log file's size cap: past it, the file becomes `<name>.1` (replacing the previous one)
+/// and a new one starts, so a node never fills its disk with CNI logs.
+const MAX_LOG_BYTES: u64 = 10 << 20;
+/// The longest record: a call's line with a long error fits; a flood does not.
+const MAX_RECORD: usize = 8 * 1024;
+/// The most characters of one tenant-chosen string in a line.
+const MAX_SHOWN: usize = 128;
+
+/// Writes `s` with every control character escaped (`\n`, `\u{1b}`, ...), so that it stays on
+/// one line and cannot move the terminal's cursor; at most `max` characters, then a mark.
+fn escape_into(out: &mut impl fmt::Write, s: &str, max: usize) -> fmt::Result {
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            return write!(
+                out,
+                "...({} more bytes)",
+                s.len() - s.char_indices().nth(i).map_or(0, |(b, _)| b)
+            );
+        }
+        if c.is_control() {
+            write!(out, "{}", c.escape_default())?;
+        } else {
+            out.write_char(c)?;
+        }
+    }
+    Ok(())
+}
+
+/// A string someone else chose (a tenant's key, interface name or requested address), as it is
+/// shown in a log line: escaped and cut short.
+pub struct Shown<'a>(pub &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        escape_into(f, self.0, MAX_SHOWN)
+    }
+}
 
 /// Writes every line to the log file (when it could be opened) and to stderr.
 struct Tee(Option<File>);
@@ -25,14 +73,11 @@ impl Write for Tee {
     }
 }
 
-/// `2026-11-22T01:52:50.123Z`, without a date crate: days since the epoch to a civil date.
-fn timestamp() -> String {
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+/// `2026-11-22T01:52:50.123Z` for a time since the epoch, without a date crate.
+fn timestamp(t: std::time::Duration) -> String {
     let secs = t.as_secs();
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's days_from_civil inverse.
+    // Howard Hinnant's civil_from_days.
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -51,32 +96,53 @@ fn timestamp() -> String {
     )
 }
 
-/// The log file's size cap: past it, the file becomes `<name>.1` (replacing the previous one)
-/// and a new one starts, so a node never fills its disk with CNI logs.
-const MAX_LOG_BYTES: u64 = 10 << 20;
-
-fn rotate(path: &Path) {
-    if fs::metadata(path).is_ok_and(|m| m.len() > MAX_LOG_BYTES) {
-        let mut old = path.as_os_str().to_owned();
-        old.push(".1");
-        // Concurrent plugins may race here; one rename wins and the others find a small file.
-        let _ = fs::rename(path, old);
+/// Opens the log file for appending: created (0640, its directory too) when missing; refused
+/// when it is a symlink, a FIFO, a device or a directory. Past the cap it is rotated first.
+fn open(path: &Path) -> io::Result<File> {
+    let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "no file name")),
+    };
+    std::fs::create_dir_all(dir)?;
+    let dir = files::open_dir(dir)?;
+    let append = || {
+        files::open_regular(
+            &dir,
+            name,
+            OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT,
+            0o640,
+        )
+    };
+    let file = append()?;
+    let meta = file.metadata()?;
+    // Only this plugin's own log goes: a regular file of this user's, past the cap. Concurrent
+    // calls may race here; one rename wins and the others then find a small file.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.len() > MAX_LOG_BYTES && meta.uid() == euid {
+        let old = format!("{name}.1");
+        let replaceable = match files::stat_at(&dir, &old)? {
+            None => true,
+            Some(st) => files::is_kind(&st, nix::sys::stat::SFlag::S_IFREG),
+        };
+        let same = files::stat_at(&dir, name)?
+            .is_some_and(|st| st.st_ino == meta.ino() && st.st_dev == meta.dev());
+        if replaceable && same {
+            nix::fcntl::renameat(&dir, name, &dir, old.as_str()).map_err(files::io)?;
+            return append();
+        }
     }
+    Ok(file)
 }
 
 /// Sets up logging at `level` (RUST_LOG, when set, overrides it). A log file that cannot be
 /// opened is reported on stderr and skipped: logging never fails a CNI call.
 pub fn init(file: Option<&Path>, level: LevelFilter) {
     let file = file.and_then(|path| {
-        rotate(path);
-        let opened = path
-            .parent()
-            .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| OpenOptions::new().create(true).append(true).open(path));
-        opened
+        open(path)
             .map_err(|e| {
                 eprintln!(
-                    "contrail-k8s-cni: cannot open log file {}: {e}",
+                    "contrail-k8s-cni: cannot open log file {}: {e}; logging to stderr only",
                     path.display()
                 )
             })
@@ -91,12 +157,16 @@ pub fn init(file: Option<&Path>, level: LevelFilter) {
     builder
         .target(env_logger::Target::Pipe(Box::new(Tee(file))))
         .format(move |buf, r| {
+            let mut line = String::new();
+            let _ = escape_into(&mut line, &r.args().to_string(), MAX_RECORD);
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
             writeln!(
                 buf,
-                "{} {:<5} contrail-k8s-cni[{pid}] {}",
-                timestamp(),
+                "{} {:<5} contrail-k8s-cni[{pid}] {line}",
+                timestamp(now),
                 r.level(),
-                r.args()
             )
         });
     let _ = builder.try_init();
@@ -104,31 +174,85 @@ pub fn init(file: Option<&Path>, level: LevelFilter) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn tempdir(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ck8s-log-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn a_log_past_its_cap_is_rotated_once() {
-        let dir = std::env::temp_dir().join(format!("ck8s-log-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempdir("rotate");
         let log = dir.join("cni.log");
-        std::fs::write(&log, vec![b'x'; super::MAX_LOG_BYTES as usize + 1]).unwrap();
-        super::rotate(&log);
-        assert!(!log.exists());
+        std::fs::write(&log, vec![b'x'; MAX_LOG_BYTES as usize + 1]).unwrap();
+        let f = open(&log).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 0, "a fresh file");
         assert_eq!(
             std::fs::metadata(dir.join("cni.log.1")).unwrap().len(),
-            super::MAX_LOG_BYTES + 1
+            MAX_LOG_BYTES + 1
         );
         std::fs::write(&log, b"small").unwrap();
-        super::rotate(&log);
-        assert!(log.exists(), "a small log stays");
+        drop(open(&log).unwrap());
+        assert_eq!(std::fs::read(&log).unwrap(), b"small", "a small log stays");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
-    fn timestamp_has_iso_shape() {
-        let t = super::timestamp();
-        assert_eq!(t.len(), 24, "{t}");
+    fn a_log_that_is_a_symlink_fifo_or_directory_is_refused_and_never_rotated() {
+        let dir = tempdir("odd");
+        let target = dir.join("precious");
+        std::fs::write(&target, vec![b'x'; MAX_LOG_BYTES as usize + 1]).unwrap();
+        std::os::unix::fs::symlink(&target, dir.join("link.log")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.join("fifo.log"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::create_dir(dir.join("dir.log")).unwrap();
+        for (name, what) in [
+            ("link.log", "a symbolic link"),
+            ("fifo.log", "a FIFO"),
+            ("dir.log", "a directory"),
+        ] {
+            let err = open(&dir.join(name)).unwrap_err();
+            assert!(err.to_string().starts_with(what), "{name}: {err}");
+        }
+        assert_eq!(std::fs::metadata(&target).unwrap().len(), MAX_LOG_BYTES + 1);
+        assert!(!dir.join("link.log.1").exists() && !dir.join("precious.1").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn timestamps_of_known_instants() {
+        for (secs, millis, want) in [
+            (0, 0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400, 5, "2000-02-29T00:00:00.005Z"),
+            (1_709_251_199, 999, "2024-02-29T23:59:59.999Z"),
+            (1_795_392_000, 123, "2026-11-23T00:00:00.123Z"),
+            (4_102_444_800, 0, "2100-01-01T00:00:00.000Z"),
+        ] {
+            let t = Duration::from_secs(secs) + Duration::from_millis(millis);
+            assert_eq!(timestamp(t), want, "{secs}");
+        }
+    }
+
+    #[test]
+    fn shown_strings_are_escaped_and_bounded() {
+        let s = "net1\n2026-01-01T00:00:00Z INFO forged\r\u{1b}[2J\u{7f}\u{85}ok";
+        assert_eq!(
+            Shown(s).to_string(),
+            "net1\\n2026-01-01T00:00:00Z INFO forged\\r\\u{1b}[2J\\u{7f}\\u{85}ok"
+        );
+        let long = "é".repeat(300);
+        let shown = Shown(&long).to_string();
+        assert!(shown.starts_with(&"é".repeat(MAX_SHOWN)), "{shown}");
         assert!(
-            t.starts_with("20") && t.ends_with('Z') && t.as_bytes()[10] == b'T',
-            "{t}"
+            shown.ends_with(&format!("...({} more bytes)", 2 * (300 - MAX_SHOWN))),
+            "{shown}"
         );
     }
 }

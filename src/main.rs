@@ -41,9 +41,7 @@ fn cni_call() -> ExitCode {
     }));
     let mut version = Version::NEWEST.as_str().to_string();
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        let env = Env::from_process()?;
-        let stdin = read_stdin()?;
-        contrail_k8s_cni::run(&env, &stdin, &mut version)
+        contrail_k8s_cni::run(Env::from_process(), read_stdin(), &mut version)
     }))
     .unwrap_or_else(|_| {
         Err(Error::Internal(

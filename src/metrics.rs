@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{Flock, FlockArg, OFlag};
+
+use crate::files::{self, Sync};
 
 /// Upper bounds of the histograms' buckets, in seconds: a call takes milliseconds when the
 /// agent is ready and up to `poll-timeout` x `poll-retries` when it is not.
@@ -193,29 +193,35 @@ fn labels(text: &str) -> Option<Vec<(&str, &str)>> {
         .collect()
 }
 
-/// Adds `call` to the metrics file at `path`.
+/// The file is a few kilobytes (a counter per command and code, two histograms per command);
+/// anything much larger is not this plugin's.
+const MAX_FILE: u64 = 1 << 20;
+
+/// Adds `call` to the metrics file at `path`. The file, its lock and its temp file are opened
+/// as state files are (see [`crate::files`]): a symlink, FIFO or device there is refused.
 pub fn record(path: &Path, call: &Call) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let lock = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(format!(".{name}.lock")))?;
+    let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (files::open_dir(dir)?, name),
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidInput, "no file name")),
+    };
+    let lock = files::open_regular(
+        &dir,
+        &format!(".{name}.lock"),
+        OFlag::O_WRONLY | OFlag::O_CREAT,
+        0o644,
+    )?;
     let _held = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
-    let mut metrics = match fs::read_to_string(path) {
-        Ok(text) => Metrics::parse(&text).unwrap_or_else(|| {
-            log::warn!(
-                "{}: not this plugin's metrics: starting over",
-                path.display()
-            );
-            Metrics::default()
-        }),
+    let mut metrics = match files::read_bounded(&dir, name, MAX_FILE) {
+        Ok(bytes) => std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(Metrics::parse)
+            .unwrap_or_else(|| {
+                log::warn!(
+                    "{}: not this plugin's metrics: starting over",
+                    path.display()
+                );
+                Metrics::default()
+            }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Metrics::default(),
         Err(e) => return Err(e),
     };
@@ -224,16 +230,8 @@ pub fn record(path: &Path, call: &Call) -> io::Result<()> {
         .unwrap_or_default()
         .as_secs_f64();
     metrics.add(call, now);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f: File = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
-    f.write_all(metrics.render().as_bytes())?;
-    fs::rename(&tmp, path)
+    // The collector may read it at any moment: whole or not at all. Metrics need no fsync.
+    files::write_atomic(&dir, name, metrics.render().as_bytes(), 0o644, Sync::No)
 }
 
 #[cfg(test)]

@@ -146,6 +146,8 @@ pub struct Link {
     pub mtu: u32,
     /// Administratively up (`IFF_UP`), not carrier.
     pub up: bool,
+    /// The link's kind (`veth`, `macvlan`, ...); `None` for a plain device.
+    pub kind: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -593,10 +595,17 @@ fn link_from(message: LinkMessage) -> Link {
         mac: None,
         mtu: 0,
         up: message.header.flags.contains(LinkFlags::Up),
+        kind: None,
     };
     for attribute in message.attributes {
         match attribute {
             LinkAttribute::IfName(name) => link.name = name,
+            LinkAttribute::LinkInfo(info) => {
+                link.kind = info.into_iter().find_map(|i| match i {
+                    LinkInfo::Kind(kind) => Some(kind.to_string()),
+                    _ => None,
+                });
+            }
             // Non-Ethernet links (lo, tunnels) have other address lengths.
             LinkAttribute::Address(mac) => link.mac = mac.try_into().ok(),
             LinkAttribute::Mtu(mtu) => link.mtu = mtu,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
 use crate::attach;
-use crate::config::NetConf;
+use crate::config::{Contrail, NetConf};
 use crate::error::{Error, Result};
 use crate::state::{Record, STATE_VERSION, StateDir};
 
@@ -26,14 +26,16 @@ pub fn gc(conf: &NetConf) -> Result<()> {
         )
     })?;
     let live: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
-    release_where(conf, "GC", |r| !live.contains(r.container_id.as_str()))
+    release_where(&conf.contrail, "GC", |r| {
+        !live.contains(r.container_id.as_str())
+    })
 }
 
 /// The sweep of `install --watch`, for the attachments no runtime will GC or DEL (Multus sends
 /// GC to the cluster network only, and a DEL it lost never comes): releases, as GC does, those
 /// whose sandbox is provably gone (its network namespace no longer exists) and whose claim is
 /// older than `grace`. A live sandbox, or one whose namespace path proves nothing, is kept.
-pub fn sweep(conf: &NetConf, grace: Duration) -> Result<()> {
+pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -61,15 +63,32 @@ fn netns_gone(path: &str) -> bool {
 /// Finishes every pending resync and removes what killed calls left, then releases the
 /// attachments (of this version's state files) that `picked` picks, skipping any a call is
 /// working on. Keeps going after errors and reports them at the end.
-fn release_where(conf: &NetConf, who: &str, picked: impl Fn(&Record) -> bool) -> Result<()> {
-    let dir = &conf.contrail.config_dir;
+fn release_where(conf: &Contrail, who: &str, picked: impl Fn(&Record) -> bool) -> Result<()> {
+    let dir = &conf.config_dir;
     let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
         return Ok(());
     };
-    let agent = Agent::new(&conf.contrail);
+    let agent = Agent::new(conf);
     let (mut released, mut failed) = (0, Vec::new());
     for vm_name in state.pods().map_err(Error::io("reading", dir))? {
-        let result = attach::open_pod(&agent, &state, &vm_name).and_then(|mut pod| {
+        // A pod a call is working on is skipped: this never waits for a slow call, and that
+        // call, or the next pass, finishes what is pending.
+        let locked = state
+            .try_lock_pod(&vm_name)
+            .map_err(Error::io("locking pod state in", &dir.join(&vm_name)));
+        let pod = match locked {
+            Ok(Some(pod)) => pod,
+            Ok(None) => {
+                log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
+                continue;
+            }
+            Err(e) => {
+                log::warn!("{who} of pod {vm_name}: {e}");
+                failed.push(format!("{vm_name}: {e}"));
+                continue;
+            }
+        };
+        let result = attach::settle_pending(&agent, pod).and_then(|mut pod| {
             let (records, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
             let mut locks = Vec::new();
             let mut stale = Vec::new();
@@ -80,7 +99,9 @@ fn release_where(conf: &NetConf, who: &str, picked: impl Fn(&Record) -> bool) ->
                 // A call on the attachment is running: it is not stale, or that call ends it.
                 let key = (
                     r.container_id.clone(),
-                    attach::scope(conf, &r.ifname).unwrap_or("").to_string(),
+                    attach::scope(conf.mode, &r.ifname)
+                        .unwrap_or("")
+                        .to_string(),
                 );
                 if !locks.iter().any(|(k, _)| *k == key) {
                     let lock = state

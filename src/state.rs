@@ -10,18 +10,19 @@
 //! `config-dir`.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use nix::dir::{Dir, Type};
+use nix::dir::Type;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, openat, renameat};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::fcntl::{Flock, FlockArg, OFlag, openat};
+use nix::sys::stat::{SFlag, fstat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
 
 use crate::cni::valid_name;
+use crate::files::{self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at};
 use crate::vmi::{Claim, valid_uuid};
 
 /// Written into every state file, so a later format can tell ours apart.
@@ -33,108 +34,6 @@ const LOCKS: &str = ".locks";
 const RESYNC: &str = ".resync";
 /// A state file is a few hundred bytes: anything larger is not one.
 pub const MAX_FILE: u64 = 64 * 1024;
-
-fn mode(bits: u32) -> Mode {
-    Mode::from_bits_truncate(bits)
-}
-
-/// Open flags for anything below `config-dir`: never through a symlink, never inherited.
-fn flags(extra: OFlag) -> OFlag {
-    OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | extra
-}
-
-fn is_kind(st: &FileStat, kind: SFlag) -> bool {
-    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
-}
-
-fn io(e: Errno) -> io::Error {
-    io::Error::from(e)
-}
-
-/// What a name below `config-dir` is, without following it.
-fn stat_at(dir: impl AsFd, name: &str) -> io::Result<Option<FileStat>> {
-    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(st)),
-        Err(Errno::ENOENT) => Ok(None),
-        Err(e) => Err(io(e)),
-    }
-}
-
-/// The names in a directory (by fd), with their types as the directory reports them.
-fn entries(dir: impl AsFd) -> io::Result<Vec<(String, Option<Type>)>> {
-    let fd = dir.as_fd().try_clone_to_owned()?;
-    let mut d = Dir::from_fd(fd).map_err(io)?;
-    let mut names = Vec::new();
-    for e in d.iter() {
-        let e = e.map_err(io)?;
-        let Ok(name) = e.file_name().to_str() else {
-            continue;
-        };
-        if name != "." && name != ".." {
-            names.push((name.to_string(), e.file_type()));
-        }
-    }
-    Ok(names)
-}
-
-/// Reads a state file: a regular file (not a symlink, FIFO or device) of at most `MAX_FILE`
-/// bytes. The reason otherwise.
-fn read_file(dir: impl AsFd, name: &str) -> Result<Vec<u8>, String> {
-    let fd = match openat(
-        dir,
-        name,
-        flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK),
-        mode(0),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::ELOOP) => return Err("a symbolic link, not a state file".into()),
-        Err(e) => return Err(e.to_string()),
-    };
-    let st = fstat(&fd).map_err(|e| e.to_string())?;
-    if !is_kind(&st, SFlag::S_IFREG) {
-        return Err("not a regular file".into());
-    }
-    if st.st_size as u64 > MAX_FILE {
-        return Err(format!("larger than {MAX_FILE} bytes"));
-    }
-    let mut bytes = Vec::new();
-    File::from(fd)
-        .take(MAX_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    Ok(bytes)
-}
-
-/// Writes a file atomically in `dir`: a temp file beside it (a stale one, even a symlink,
-/// removed first; created exclusively, never followed), fsync, rename. Readers never see half a
-/// file; on failure the temp file goes.
-fn put(dir: impl AsFd + Copy, name: &str, body: &[u8]) -> io::Result<()> {
-    let tmp = format!(".{name}.tmp");
-    let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-    let fd = openat(
-        dir,
-        tmp.as_str(),
-        flags(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL),
-        mode(0o600),
-    )
-    .map_err(io)?;
-    let written = (|| {
-        let mut f = File::from(fd);
-        f.write_all(body)?;
-        f.sync_all()?;
-        crate::crash::point("renaming");
-        renameat(dir, tmp.as_str(), dir, name).map_err(io)
-    })();
-    if written.is_err() {
-        let _ = unlinkat(dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-    }
-    written
-}
-
-/// Whether a name in a pod directory is a temp file of [`put`].
-fn is_temp(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".tmp")
-}
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
 /// the agent tolerates extra keys, and files the agent wrote itself lack ours.
@@ -308,6 +207,21 @@ impl StateDir {
         Ok(None)
     }
 
+    /// Another pod whose state file names host interface `host_ifname` (a scan of every pod but
+    /// `vm_name`, unlocked): such a link is that pod's, never one to replace.
+    pub fn other_holder(&self, host_ifname: &str, vm_name: &str) -> io::Result<Option<String>> {
+        for pod in self.pods()? {
+            if pod == vm_name {
+                continue;
+            }
+            let (records, _) = self.read_pod(&pod)?.records;
+            if records.iter().any(|r| r.host_ifname == host_ifname) {
+                return Ok(Some(pod));
+            }
+        }
+        Ok(None)
+    }
+
     /// What a pod's directory holds, read without its lock (for reports and scans).
     pub fn read_pod(&self, vm_name: &str) -> io::Result<PodFiles> {
         let dir = open_pod_dir(&self.fd, vm_name)?;
@@ -318,6 +232,19 @@ impl StateDir {
     /// holds the lock, so any temp file seen here is stale).
     pub fn lock_pod(&self, vm_name: &str) -> io::Result<PodDir> {
         let lock = Lock::take(self, vm_name.to_string())?;
+        self.pod_dir(vm_name, lock)
+    }
+
+    /// [`StateDir::lock_pod`] if no call holds the pod's lock now: GC and the sweep skip a pod
+    /// a call is working on rather than wait for it.
+    pub fn try_lock_pod(&self, vm_name: &str) -> io::Result<Option<PodDir>> {
+        match Lock::try_take(&self.locks()?, vm_name)? {
+            Some(lock) => self.pod_dir(vm_name, lock).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn pod_dir(&self, vm_name: &str, lock: Lock) -> io::Result<PodDir> {
         let dir = open_pod_dir(&self.fd, vm_name)?;
         if let Some(dir) = &dir {
             for (name, _) in entries(dir)? {
@@ -362,7 +289,7 @@ impl StateDir {
     }
 
     /// Asks the call holding an attachment's lock (an ADD its runtime gave up on) to stop: it
-    /// looks for this between its polls of the agent ([`Lock::stop_requested`]).
+    /// looks for this between its polls of the agent ([`Lock::stop_probe`]).
     pub fn stop_attachment(
         &self,
         vm_name: &str,
@@ -530,11 +457,11 @@ impl PodFiles {
             if is_temp(&name) {
                 files.temps.push(name);
             } else if name == RESYNC {
-                let bytes = read_file(dir, RESYNC).unwrap_or_default();
+                let bytes = files::read_bounded(dir, RESYNC, MAX_FILE).unwrap_or_default();
                 let vm = String::from_utf8_lossy(&bytes).trim().to_string();
                 files.resync = valid_uuid(&vm).then_some(vm);
             } else if valid_uuid(&name) {
-                let bytes = read_file(dir, &name);
+                let bytes = files::read_bounded(dir, &name, MAX_FILE).map_err(|e| e.to_string());
                 let parsed = bytes.as_deref().map_err(Clone::clone);
                 match parsed.and_then(|b| parse_record(b, &name)) {
                     Ok(r) => files.records.0.push(r),
@@ -617,26 +544,8 @@ impl Lock {
     }
 
     fn open(locks: &OwnedFd, name: &str) -> io::Result<File> {
-        let fd = openat(
-            locks,
-            name,
-            flags(OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NONBLOCK),
-            mode(0o600),
-        )
-        .map_err(|e| match e {
-            Errno::ELOOP => io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("lock {name} is a symbolic link: refusing it"),
-            ),
-            e => io(e),
-        })?;
-        if !is_kind(&fstat(&fd).map_err(io)?, SFlag::S_IFREG) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("lock {name} is not a regular file: refusing it"),
-            ));
-        }
-        Ok(File::from(fd))
+        files::open_regular(locks, name, OFlag::O_RDWR | OFlag::O_CREAT, 0o600)
+            .map_err(|e| io::Error::new(e.kind(), format!("lock {name}: {e}: refusing it")))
     }
 
     /// Whether the locked file is still the one at the path.
@@ -648,24 +557,33 @@ impl Lock {
 
     /// Removes the lock file (while it is held) and releases it.
     pub fn remove(self) -> io::Result<()> {
-        unlink_if_there(&self.locks, &self.name)
+        files::unlink(&self.locks, &self.name)
     }
 
-    /// Whether another call asked this lock's holder to stop ([`StateDir::stop_attachment`]).
-    pub fn stop_requested(&self) -> bool {
-        matches!(stat_at(&self.locks, &stop_marker(&self.name)), Ok(Some(_)))
+    /// What tells whether another call asked this lock's holder to stop
+    /// ([`StateDir::stop_attachment`]), for the holder to ask between its polls.
+    pub fn stop_probe(&self) -> io::Result<StopProbe> {
+        Ok(StopProbe {
+            locks: self.locks.try_clone()?,
+            marker: stop_marker(&self.name),
+        })
     }
 
     /// Withdraws a request to stop: the one this call answers, or one a killed call left.
     pub fn clear_stop(&self) -> io::Result<()> {
-        unlink_if_there(&self.locks, &stop_marker(&self.name))
+        files::unlink(&self.locks, &stop_marker(&self.name))
     }
 }
 
-fn unlink_if_there(dir: &OwnedFd, name: &str) -> io::Result<()> {
-    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(e) => Err(io(e)),
+/// See [`Lock::stop_probe`].
+pub struct StopProbe {
+    locks: OwnedFd,
+    marker: String,
+}
+
+impl StopProbe {
+    pub fn requested(&self) -> bool {
+        matches!(stat_at(&self.locks, &self.marker), Ok(Some(_)))
     }
 }
 
@@ -682,6 +600,11 @@ pub struct PodDir {
 impl PodDir {
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The pod's VM name (its directory's name).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Every UUID-named file: the attachments of this pod, of any sandbox.
@@ -706,13 +629,13 @@ impl PodDir {
     /// Writes a record atomically.
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        put(self.dir()?, &record.vmi_uuid, &body)
+        files::write_atomic(self.dir()?, &record.vmi_uuid, &body, 0o600, Sync::Yes)
     }
 
     /// Records that the agent's registrations for pod `vm_uuid` must be brought in line with
     /// the files, before any file that explains a registration goes.
     pub fn mark_resync(&mut self, vm_uuid: &str) -> io::Result<()> {
-        put(self.dir()?, RESYNC, vm_uuid.as_bytes())
+        files::write_atomic(self.dir()?, RESYNC, vm_uuid.as_bytes(), 0o600, Sync::Yes)
     }
 
     /// The pod's vm-uuid when a resync is pending.
@@ -964,7 +887,7 @@ mod tests {
         let dir = root.join(POD);
         fs::remove_file(dir.join(A)).unwrap();
         fs::remove_file(dir.join(B)).unwrap();
-        nix::unistd::mkfifo(&dir.join(A), Mode::from_bits_truncate(0o600)).unwrap();
+        nix::unistd::mkfifo(&dir.join(A), mode(0o600)).unwrap();
         symlink("/dev/zero", dir.join(B)).unwrap();
         let started = Instant::now();
         let files = state.read_pod(POD).unwrap();
@@ -972,7 +895,10 @@ mod tests {
         let why: Vec<&str> = files.records.1.iter().map(|u| u.why.as_str()).collect();
         assert_eq!(
             why,
-            ["not a regular file", "a symbolic link, not a state file"]
+            [
+                "a FIFO, not a regular file",
+                "a symbolic link, not a regular file"
+            ]
         );
         // An oversized file.
         fs::remove_file(dir.join(B)).unwrap();

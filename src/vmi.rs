@@ -90,10 +90,13 @@ pub struct Vmi {
     /// The interface name the pod asked for (`net-a@eth5`).
     pub interface: Option<String>,
     pub default_gw: bool,
+    /// The pod kube-manager made the VMI for: its `namespace` and `name` annotations.
+    pub namespace: Option<String>,
+    pub name: Option<String>,
 }
 
 /// Decodes an agent answer into `T`: invalid JSON, or JSON of another shape than the contract's
-/// (naming where), is a decode error.
+/// (naming where, never quoting the answer's bytes), is a decode error.
 fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let invalid = |e| Error::decode(format!("agent sent invalid JSON for {what}: {e}"));
@@ -101,7 +104,15 @@ fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T> {
         let path = e.path().to_string();
         let e = e.into_inner();
         if e.is_data() {
-            Error::decode(format!("agent sent {what} in another shape ({path}: {e})"))
+            // serde's own text quotes the offending value; only a missing field's is ours.
+            let why = e.to_string();
+            let why = match why.split_once(" at line ").map_or(why.as_str(), |(w, _)| w) {
+                w if w.starts_with("missing field") => w.to_string(),
+                _ => "a value of another type".to_string(),
+            };
+            Error::decode(format!(
+                "agent sent {what} in another shape (at {path}: {why})"
+            ))
         } else {
             invalid(e)
         }
@@ -128,7 +139,7 @@ struct CfgItem {
 fn checked_uuid(s: String, key: &str, what: &str) -> Result<String> {
     if !valid_uuid(&s) {
         return Err(Error::decode(format!(
-            "agent sent {what} with {key} {s:?}, which is not a lowercase uuid"
+            "agent sent {what} whose {key} is not a lowercase uuid"
         )));
     }
     Ok(s)
@@ -137,7 +148,7 @@ fn checked_uuid(s: String, key: &str, what: &str) -> Result<String> {
 fn mac(s: &str, what: &str) -> Result<Mac> {
     Mac::parse(s).ok_or_else(|| {
         Error::decode(format!(
-            "agent sent {what} with MAC {s:?}, not a unicast MAC"
+            "agent sent {what} whose mac-address is not a unicast MAC"
         ))
     })
 }
@@ -167,6 +178,7 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
     let mut index = None;
     let mut interface = None;
     let mut default_gw = false;
+    let (mut namespace, mut name) = (None, None);
     for a in &item.annotations {
         // `{key:value}`, split at the first colon: values may contain colons.
         let Some((k, v)) = a
@@ -177,6 +189,8 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
         };
         match k {
             "network" => network = Some(v.to_string()),
+            "namespace" => namespace = Some(v.to_string()),
+            "name" => name = Some(v.to_string()),
             "index" => {
                 let parsed = v
                     .split_once('/')
@@ -185,14 +199,16 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
                     Some((k, n)) if k < n && n <= MAX_VMIS => index = Some((k, n)),
                     _ => {
                         return Err(Error::decode(format!(
-                            "agent sent {what} with index {v:?}, not k/N (k < N <= {MAX_VMIS})"
+                            "agent sent {what} whose index annotation is not k/N (k < N <= {MAX_VMIS})"
                         )));
                     }
                 }
             }
             "interface" => {
                 check_ifname(v).map_err(|why| {
-                    Error::decode(format!("{what} asks for interface {v:?}, which {why}"))
+                    Error::decode(format!(
+                        "agent sent {what} whose interface annotation names an interface that {why}"
+                    ))
                 })?;
                 interface = Some(v.to_string());
             }
@@ -220,8 +236,33 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
         count,
         interface,
         default_gw,
+        namespace,
+        name,
         uuid,
     })
+}
+
+/// Whether the agent's answer for the pod is the pod's: every VMI made for this pod (its
+/// `namespace` and `name` annotations) and all of one VM. Anything else would hand another
+/// pod's interface to this one; the reason otherwise, naming no foreign bytes.
+pub fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> std::result::Result<(), String> {
+    for v in vmis {
+        if v.namespace.as_deref() != Some(namespace) || v.name.as_deref() != Some(name) {
+            return Err(format!(
+                "VMI {} is not annotated as pod {namespace}/{name}'s (its namespace and name \
+                 annotations are missing or name another pod)",
+                v.uuid
+            ));
+        }
+    }
+    let vm = vmis.first().map(|v| &v.vm_uuid);
+    if let Some(v) = vmis.iter().find(|v| Some(&v.vm_uuid) != vm) {
+        return Err(format!(
+            "VMI {} belongs to another VM than the pod's other VMIs",
+            v.uuid
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM. Sized by
@@ -293,6 +334,9 @@ impl IpConfig {
 #[derive(Deserialize)]
 struct IpItem {
     id: String,
+    /// The VM (pod) the VMI belongs to.
+    #[serde(rename = "instance-id")]
+    instance_id: Option<String>,
     #[serde(rename = "mac-address")]
     mac: String,
     #[serde(rename = "system-name")]
@@ -325,15 +369,15 @@ enum Plen {
 impl Plen {
     /// The length within `1..=max`; `None` for an empty string.
     fn get(&self, key: &str, max: u8, what: &str) -> Result<Option<u8>> {
-        let (n, shown) = match self {
+        let n = match self {
             Plen::Text(s) if s.trim().is_empty() => return Ok(None),
-            Plen::Text(s) => (s.trim().parse::<u64>().ok(), format!("{s:?}")),
-            Plen::Number(n) => (n.as_u64(), n.to_string()),
+            Plen::Text(s) => s.trim().parse::<u64>().ok(),
+            Plen::Number(n) => n.as_u64(),
         };
         match n {
             Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u8)),
             _ => Err(Error::decode(format!(
-                "agent sent {what} with {key} {shown}, not 1..={max}"
+                "agent sent {what} whose {key} is not 1..={max}"
             ))),
         }
     }
@@ -349,16 +393,14 @@ fn addr<T: FromStr + Into<IpAddr> + Copy>(
     let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
-    let a: T = s.parse().map_err(|_| {
-        Error::decode(format!(
-            "agent sent {what} with {key} {s:?}, not an address"
-        ))
-    })?;
+    let a: T = s
+        .parse()
+        .map_err(|_| Error::decode(format!("agent sent {what} whose {key} is not an address")))?;
     Ok((!a.into().is_unspecified()).then_some(a))
 }
 
-/// Parses the body of `GET /vm/<vm-uuid>/<vmi-uuid>`: an array holding that VMI.
-pub fn parse_ip(body: &[u8], vmi_uuid: &str) -> Result<IpConfig> {
+/// Parses the body of `GET /vm/<vm-uuid>/<vmi-uuid>`: an array holding that VMI, of that VM.
+pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> {
     let what = format!("VMI {vmi_uuid}");
     let items: Vec<IpItem> = decode(body, &format!("the IP config of {what}"))?;
     let item = items
@@ -367,6 +409,12 @@ pub fn parse_ip(body: &[u8], vmi_uuid: &str) -> Result<IpConfig> {
         .ok_or_else(|| {
             Error::decode(format!("agent's IP config answer does not contain {what}"))
         })?;
+    if item.instance_id.as_deref().is_some_and(|i| i != vm_uuid) {
+        return Err(Error::decode(format!(
+            "agent sent the IP config of {what} for another VM (its instance-id is not pod \
+             {vm_uuid})"
+        )));
+    }
     let mac = mac(&item.mac, &what)?;
     let v4 = match addr::<Ipv4Addr>(item.ip.as_deref(), "ip-address", &what)? {
         None => None,
@@ -436,21 +484,44 @@ pub enum Unresolved {
     AllTaken { count: usize },
 }
 
+/// What resolution leaves to the agent to settle, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice<'a> {
+    /// This attachment's VMI: named by its `interface` annotation, or claimed by it already.
+    Held(&'a Vmi),
+    /// The free VMIs, lowest index first, each with whether a registration of it would be
+    /// unexplained (no state file names it, and the network has more than one VMI to tell
+    /// apart): such a VMI is taken only if the agent has not registered it.
+    Free(Vec<(&'a Vmi, bool)>),
+}
+
+impl<'a> Choice<'a> {
+    /// The VMI: the held one, else the first free one that is not `registered` where that
+    /// needs asking. `registered` is asked about one VMI at a time, in order, and only until
+    /// one fits: requests do not grow with the number of the network's VMIs.
+    pub fn take(self, mut registered: impl FnMut(&Vmi) -> bool) -> Option<&'a Vmi> {
+        match self {
+            Choice::Held(v) => Some(v),
+            Choice::Free(free) => free
+                .into_iter()
+                .find(|(v, unexplained)| !unexplained || !registered(v))
+                .map(|(v, _)| v),
+        }
+    }
+}
+
 /// Chooses the VMI for one attachment. Among the network's VMIs in index order:
 /// 1. the VMI whose `interface` annotation names this ifname;
-/// 2. else the VMI this (container id, ifname) already claimed (a retried or crashed ADD),
-///    unless it asked for another interface name;
-/// 3. else the lowest index that asked for no interface name, is not claimed by another
-///    interface of this sandbox, and is not registered with the agent unless a state file
-///    explains it (a claim of an older sandbox of the pod may be taken over).
-///
-/// `registered` lists the VMIs the agent reports a host interface for.
+/// 2. else the VMI this (container id, ifname) already claimed (a retried or crashed ADD, or
+///    one that failed and kept its VMI), unless it asked for another interface name;
+/// 3. else the lowest index that asked for no interface name and is not claimed by another
+///    interface of this sandbox (a claim of an older sandbox of the pod may be taken over),
+///    and is not registered with the agent unless a state file explains it ([`Choice::take`]).
 pub fn resolve<'a>(
     at: Attachment<'_>,
     vmis: &'a [Vmi],
     claims: &[Claim],
-    registered: &[String],
-) -> std::result::Result<&'a Vmi, Unresolved> {
+) -> std::result::Result<Choice<'a>, Unresolved> {
     let mut candidates: Vec<&Vmi> = vmis.iter().filter(|v| v.network == at.network).collect();
     if candidates.is_empty() {
         let mut known: Vec<String> = vmis.iter().map(|v| v.network.clone()).collect();
@@ -459,13 +530,11 @@ pub fn resolve<'a>(
         return Err(Unresolved::NoSuchNetwork { known });
     }
     candidates.sort_by_key(|v| v.index);
-    fn claimed_by<'c>(claims: &'c [Claim], v: &'c Vmi) -> impl Iterator<Item = &'c Claim> {
-        claims.iter().filter(move |c| c.vmi == v.uuid)
-    }
-    let live = |c: &Claim| {
-        c.container_id
-            .as_deref()
-            .is_none_or(|id| id == at.container_id)
+    let claimed_by = |v: &Vmi| {
+        claims
+            .iter()
+            .filter(move |c| c.vmi == v.uuid)
+            .collect::<Vec<_>>()
     };
     let named = candidates
         .iter()
@@ -474,25 +543,31 @@ pub fn resolve<'a>(
         candidates.iter().find(|v| {
             // Never a VMI that asked for another name, whatever a state file says.
             v.interface.as_deref().is_none_or(|i| i == at.ifname)
-                && claimed_by(claims, v).any(|c| {
+                && claimed_by(v).iter().any(|c| {
                     c.container_id.as_deref() == Some(at.container_id) && c.ifname == at.ifname
                 })
         })
     };
-    let free = || {
-        candidates.iter().find(|v| {
-            v.interface.is_none()
-                && !claimed_by(claims, v).any(live)
-                && !(registered.contains(&v.uuid) && claimed_by(claims, v).next().is_none())
-        })
+    if let Some(v) = named.or_else(ours) {
+        return Ok(Choice::Held(v));
+    }
+    let live = |c: &&Claim| {
+        c.container_id
+            .as_deref()
+            .is_none_or(|id| id == at.container_id)
     };
-    named
-        .or_else(ours)
-        .or_else(free)
-        .copied()
-        .ok_or(Unresolved::AllTaken {
+    let several = candidates.len() > 1;
+    let free: Vec<(&Vmi, bool)> = candidates
+        .iter()
+        .filter(|v| v.interface.is_none() && !claimed_by(v).iter().any(live))
+        .map(|v| (*v, several && claimed_by(v).is_empty()))
+        .collect();
+    if free.is_empty() {
+        return Err(Unresolved::AllTaken {
             count: candidates.len(),
-        })
+        });
+    }
+    Ok(Choice::Free(free))
 }
 
 impl Unresolved {
@@ -522,19 +597,13 @@ pub struct Wanted<'a> {
     pub default_gw: bool,
 }
 
-/// Plugin mode: the one VMI for this attachment (see [`resolve`]).
-pub fn for_attachment<'a>(
-    at: Attachment<'_>,
-    vmis: &'a [Vmi],
-    claims: &[Claim],
-    registered: &[String],
-) -> std::result::Result<Wanted<'a>, Unresolved> {
-    let vmi = resolve(at, vmis, claims, registered)?;
-    Ok(Wanted {
+/// Plugin mode: the interface for `vmi`, this attachment's VMI among the pod's `vmis`.
+pub fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) -> Wanted<'a> {
+    Wanted {
         vmi,
-        ifname: at.ifname.to_string(),
+        ifname: ifname.to_string(),
         default_gw: default_gw(vmis) == Some(vmi),
-    })
+    }
 }
 
 /// Thick mode: every VMI of the pod in index order, named by its `interface` annotation, else
@@ -590,6 +659,8 @@ mod tests {
             count,
             interface: None,
             default_gw: false,
+            namespace: Some("default".into()),
+            name: Some("p".into()),
         }
     }
 
@@ -619,13 +690,18 @@ mod tests {
         ]
     }
 
+    /// The VMI resolution picks when the agent has `reg` registered: the last byte of its uuid.
     fn pick(
         vmis: &[Vmi],
         a: Attachment,
         claims: &[Claim],
         reg: &[String],
     ) -> std::result::Result<u8, Unresolved> {
-        resolve(a, vmis, claims, reg).map(|v| u8::from_str_radix(&v.uuid[34..], 16).unwrap())
+        let choice = resolve(a, vmis, claims)?;
+        let v = choice
+            .take(|v| reg.contains(&v.uuid))
+            .ok_or(Unresolved::AllTaken { count: 2 })?;
+        Ok(u8::from_str_radix(&v.uuid[34..], 16).unwrap())
     }
 
     #[test]
@@ -704,6 +780,50 @@ mod tests {
             pick(&vmis, at("net-a", "net1"), &[], &[uuid(5), uuid(9)]),
             Err(Unresolved::AllTaken { count: 2 })
         );
+        // A network attached once has nothing to tell apart: no question for the agent.
+        let choice = resolve(at("net-b", "net2"), &vmis, &[]).unwrap();
+        assert_eq!(
+            choice.take(|_| panic!("asked the agent")).unwrap().uuid,
+            uuid(7)
+        );
+    }
+
+    #[test]
+    fn the_agent_is_asked_about_one_candidate_at_a_time_in_order() {
+        let vmis: Vec<Vmi> = (0..8)
+            .map(|k| vmi(k + 1, "net-a", u32::from(k) + 1, 9))
+            .collect();
+        let mut asked = Vec::new();
+        let choice = resolve(at("net-a", "net1"), &vmis, &[]).unwrap();
+        let v = choice.take(|v| {
+            asked.push(v.index);
+            v.index < 3
+        });
+        assert_eq!(v.unwrap().index, 3);
+        assert_eq!(asked, [1, 2, 3], "only until one fits");
+        // A claim of an older sandbox explains a registration: taken over without asking.
+        let claims = [claim(1, "sandbox-1", "net1")];
+        let choice = resolve(at("net-a", "net1"), &vmis, &claims).unwrap();
+        assert_eq!(choice.take(|_| true).unwrap().index, 1);
+    }
+
+    #[test]
+    fn a_failed_attachment_keeps_its_vmi_from_its_siblings() {
+        // net2's ADD failed and kept index 2 (a claim with no interface): net3 gets index 3,
+        // and net2's retry gets index 2 again.
+        let vmis = vec![
+            vmi(1, "default", 0, 4),
+            vmi(2, "net-a", 1, 4),
+            vmi(3, "net-a", 2, 4),
+            vmi(4, "net-a", 3, 4),
+        ];
+        let claims = [
+            claim(1, "sandbox-2", "eth0"),
+            claim(2, "sandbox-2", "net1"),
+            claim(3, "sandbox-2", "net2"),
+        ];
+        assert_eq!(pick(&vmis, at("net-a", "net3"), &claims, &[]), Ok(4));
+        assert_eq!(pick(&vmis, at("net-a", "net2"), &claims, &[]), Ok(3));
     }
 
     #[test]
@@ -874,7 +994,7 @@ mod tests {
 
     #[test]
     fn parses_dual_stack_ip_config() {
-        let ip = parse_ip(json!([ip_item()]).to_string().as_bytes(), &uuid(1)).unwrap();
+        let ip = parse_ip(json!([ip_item()]).to_string().as_bytes(), VM, &uuid(1)).unwrap();
         assert_eq!(ip.v4.unwrap().to_string(), "30.1.1.252/24");
         assert_eq!(ip.v6.unwrap().to_string(), "fd00:30::fc/128");
         assert_eq!(ip.v6_gateway.unwrap().to_string(), "fd00:30::fe");
@@ -889,7 +1009,7 @@ mod tests {
         item["v6-plen"] = json!(64);
         item["ip-address"] = json!(" 0.0.0.0");
         item["system-name"] = json!("tap0123456789ab");
-        let ip = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap();
+        let ip = parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap();
         assert_eq!(ip.v6.unwrap().to_string(), "fd00:30::fc/64");
         assert_eq!(ip.v4, None);
         assert_eq!(ip.registered_as.as_deref(), Some("tap0123456789ab"));
@@ -902,7 +1022,7 @@ mod tests {
         item["plen"] = json!("12");
         item["v6-ip-address"] = json!("::");
         item["v6-plen"] = json!("");
-        let ip = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap();
+        let ip = parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap();
         assert_eq!(ip.v4.unwrap().to_string(), "10.47.255.250/12");
         assert_eq!(ip.v6, None);
     }
@@ -922,17 +1042,17 @@ mod tests {
         for (k, v) in mutations {
             let mut item = ip_item();
             item[k] = v.clone();
-            let err = parse_ip(json!([item]).to_string().as_bytes(), &uuid(1)).unwrap_err();
+            let err = parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap_err();
             assert_eq!(err.code(), crate::error::code::DECODE, "{k}={v}");
         }
         let mut none = ip_item();
         none["ip-address"] = json!("");
         none["v6-ip-address"] = json!("::");
-        assert!(parse_ip(json!([none]).to_string().as_bytes(), &uuid(1)).is_err());
-        assert!(parse_ip(json!([ip_item()]).to_string().as_bytes(), &uuid(2)).is_err());
+        assert!(parse_ip(json!([none]).to_string().as_bytes(), VM, &uuid(1)).is_err());
+        assert!(parse_ip(json!([ip_item()]).to_string().as_bytes(), VM, &uuid(2)).is_err());
         let mut no_plen = ip_item();
         no_plen.as_object_mut().unwrap().remove("plen");
-        assert!(parse_ip(json!([no_plen]).to_string().as_bytes(), &uuid(1)).is_err());
+        assert!(parse_ip(json!([no_plen]).to_string().as_bytes(), VM, &uuid(1)).is_err());
     }
 
     #[test]
@@ -964,14 +1084,14 @@ mod tests {
     #[test]
     fn plugin_mode_wants_one_vmi_with_the_default_route_rule() {
         let vmis = pod();
-        let w = for_attachment(at("default", "eth0"), &vmis, &[], &[]).unwrap();
+        let w = for_attachment(&vmis, &vmis[2], "eth0");
         assert_eq!(
             (w.vmi.uuid.as_str(), w.ifname.as_str(), w.default_gw),
             (uuid(8).as_str(), "eth0", true)
         );
-        let w = for_attachment(at("net-a", "net1"), &vmis, &[], &[]).unwrap();
+        let w = for_attachment(&vmis, &vmis[3], "net1");
         assert!(!w.default_gw);
-        let err = for_attachment(at("net-z", "net9"), &vmis, &[], &[])
+        let err = resolve(at("net-z", "net9"), &vmis, &[])
             .unwrap_err()
             .error("net-z", "k8s__default__p");
         assert_eq!(err.code(), crate::error::code::NO_VMI);

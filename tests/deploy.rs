@@ -311,7 +311,7 @@ fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
 
     let conf_src = TempDir::new();
     let conf = conf_src.0.join("10-contrail.conf");
-    std::fs::write(&conf, node.netconf("0.3.1", "contrail-k8s-cni").to_string()).unwrap();
+    std::fs::copy(node.node_file(), &conf).unwrap();
     let host = TempDir::new();
     let (bin_dir, conf_dir) = (host.0.join("bin"), host.0.join("net.d"));
     // Within the grace period: nothing is swept.
@@ -398,7 +398,7 @@ fn the_metrics_file_adds_up_after_concurrent_calls() {
     let mut node = Node::new(&sim);
     let collector = TempDir::new();
     let metrics = collector.0.join("contrail-k8s-cni.prom");
-    node.contrail["metrics-file"] = json!(metrics.to_str().unwrap());
+    node.set("metrics-file", json!(metrics.to_str().unwrap()));
     let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
     let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
     let conf = node.netconf("1.0.0", "default");

@@ -274,9 +274,16 @@ fn hostile_case(pod: PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> Cas
 }
 
 /// ADD against a hostile answer on `which` ("vm-cfg", or "vm" after the claim): code 6 at
-/// once, naming the agent, the request and `words`, with nothing left behind.
+/// once, naming the agent, the request and `words` (the field and the kind of problem), never
+/// quoting the `foreign` bytes of the answer, with nothing left behind.
 #[track_caller]
-fn hostile(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value), words: &[&str]) -> String {
+fn hostile(
+    pod: &PodSpec,
+    which: &str,
+    edit: impl FnOnce(&mut Value),
+    words: &[&str],
+    foreign: Option<&str>,
+) -> String {
     let c = hostile_case(pod.clone(), which, edit);
     let path = match which {
         "vm-cfg" => format!("GET /vm-cfg/{}", pod.vm_name()),
@@ -285,13 +292,23 @@ fn hostile(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value), words: &[&
     let agent = c.agent();
     let mut all = vec![agent.as_str(), path.as_str()];
     all.extend_from_slice(words);
-    c.add_fails(6, add_bound(), &all)
+    let msg = c.add_fails(6, add_bound(), &all);
+    if let Some(foreign) = foreign {
+        assert!(
+            !msg.contains(foreign),
+            "the message quotes the answer's {foreign:?}: {msg}"
+        );
+    }
+    msg
 }
 
 /// One field of the VMI's object in the answer on `which` set to `value`.
 #[track_caller]
-fn hostile_field(pod: &PodSpec, which: &str, key: &str, value: Value, words: &[&str]) {
-    hostile(pod, which, |vmi| vmi[key] = value, words);
+fn hostile_field(pod: &PodSpec, which: &str, key: &str, value: &str, words: &[&str]) {
+    // A number is not looked for in the message: its digits may be in a uuid or a port.
+    let v: Value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+    let foreign = (!v.is_number()).then_some(value);
+    hostile(pod, which, |vmi| vmi[key] = v, words, foreign);
 }
 
 #[test]
@@ -324,8 +341,8 @@ fn vmi_id_with_path_components_is_refused() {
             &pod,
             "vm-cfg",
             "id",
-            json!(id),
-            &["not a lowercase uuid", &id],
+            &id,
+            &["whose id is not a lowercase uuid"],
         );
         for p in [tmp.join("etc/passwd"), tmp.join(&injected)] {
             assert!(!p.exists(), "{} was created for id {id:?}", p.display());
@@ -343,20 +360,20 @@ fn uppercase_vmi_id_is_refused() {
         &pod,
         "vm-cfg",
         "id",
-        json!(upper),
-        &["not a lowercase uuid", &upper],
+        &upper,
+        &["whose id is not a lowercase uuid"],
     );
 }
 
 #[test]
 fn multicast_mac_in_vm_cfg_is_refused() {
-    let mac = "01:00:5e:00:00:01";
+    let words = ["whose mac-address is not a unicast MAC"];
     hostile_field(
         &one_vmi_pod(),
         "vm-cfg",
         "mac-address",
-        json!(mac),
-        &[mac, "unicast"],
+        "01:00:5e:00:00:01",
+        &words,
     );
 }
 
@@ -369,41 +386,48 @@ fn index_beyond_the_count_is_refused() {
             }
         }
     };
-    hostile(&one_vmi_pod(), "vm-cfg", set_index, &["index", "5/2"]);
+    let words = ["whose index annotation is not k/N"];
+    hostile(&one_vmi_pod(), "vm-cfg", set_index, &words, Some("5/2"));
 }
 
 #[test]
 fn prefix_length_33_is_refused() {
-    hostile_field(&one_vmi_pod(), "vm", "plen", json!(33), &["plen 33"]);
+    hostile_field(
+        &one_vmi_pod(),
+        "vm",
+        "plen",
+        "33",
+        &["whose plen is not 1..=32"],
+    );
 }
 
 #[test]
 fn ipv4_address_out_of_range_is_refused() {
-    let words = ["ip-address", "300.1.1.1"];
-    hostile_field(
-        &one_vmi_pod(),
-        "vm",
-        "ip-address",
-        json!("300.1.1.1"),
-        &words,
-    );
+    let words = ["whose ip-address is not an address"];
+    hostile_field(&one_vmi_pod(), "vm", "ip-address", "300.1.1.1", &words);
 }
 
 #[test]
 fn ipv6_prefix_length_200_is_refused() {
     let pod = PodSpec::new(vec![VmiSpec::new("default", 1).dual_stack()]);
-    hostile_field(&pod, "vm", "v6-plen", json!(200), &["v6-plen 200"]);
+    hostile_field(
+        &pod,
+        "vm",
+        "v6-plen",
+        "200",
+        &["whose v6-plen is not 1..=128"],
+    );
 }
 
 #[test]
 fn all_zero_mac_in_the_ip_config_is_refused() {
-    let mac = "00:00:00:00:00:00";
+    let words = ["whose mac-address is not a unicast MAC"];
     hostile_field(
         &one_vmi_pod(),
         "vm",
         "mac-address",
-        json!(mac),
-        &[mac, "unicast"],
+        "00:00:00:00:00:00",
+        &words,
     );
 }
 

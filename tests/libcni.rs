@@ -107,10 +107,14 @@ impl Runtime {
         }
     }
 
-    /// Points a shipped `contrail` section at this test's simulator, state dir and log file.
+    /// A shipped `contrail` section with the node's settings (this test's simulator, state dir
+    /// and log file), as a node-wide file and a conflist agree on a real node.
     fn localize(&self, contrail: &mut Value) {
-        for key in ["vrouter-port", "config-dir", "log-file"] {
-            contrail[key] = self.fx.node.contrail[key].clone();
+        if contrail.is_null() {
+            return;
+        }
+        for (key, value) in self.fx.node.contrail().as_object().unwrap() {
+            contrail[key] = value.clone();
         }
     }
 

@@ -31,13 +31,8 @@ fn annotation(doc: &serde_yaml::Value, key: &str) -> String {
 }
 
 /// netconf/10-contrail.conf as installed on the node, with this test's agent and directories.
-fn install_node_conf(node: &Node) -> Value {
-    let mut conf: Value = serde_json::from_str(&netconf("10-contrail.conf")).unwrap();
-    for (k, v) in node.contrail.as_object().unwrap() {
-        conf["contrail"][k] = v.clone();
-    }
-    std::fs::write(node.conf_dir.0.join("10-contrail.conf"), conf.to_string()).unwrap();
-    conf
+fn install_node_conf(node: &mut Node) -> Value {
+    node.install(serde_json::from_str(&netconf("10-contrail.conf")).unwrap())
 }
 
 /// One entry of the pod's networks annotation, as Multus resolves it.
@@ -104,14 +99,15 @@ fn multus_pod_from_the_netconf_files() {
     }
     let mut pod = PodSpec::new(vmis.clone());
     pod.namespace = pod_ns;
-    let fx = Fixture::with_pod(pod, &[]);
+    let mut fx = Fixture::with_pod(pod, &[]);
+    install_node_conf(&mut fx.node);
     let (node, ns) = (&fx.node, &fx.ns);
-    install_node_conf(node);
 
-    // The cluster network delegate from netconf/00-multus.conf, pointed at this test's agent.
+    // The cluster network delegate from netconf/00-multus.conf, pointed at this test's agent:
+    // it repeats the node's settings, which the plugin accepts as they are the node's.
     let multus_conf: Value = serde_json::from_str(&netconf("00-multus.conf")).unwrap();
     let mut cluster = multus_conf["delegates"][0].clone();
-    for (k, v) in node.contrail.as_object().unwrap() {
+    for (k, v) in node.contrail().as_object().unwrap() {
         cluster["contrail"][k] = v.clone();
     }
     let mut delegates = vec![Delegate {
@@ -169,9 +165,9 @@ fn cni_genie_pod_from_the_netconf_files() {
         pod_doc["metadata"]["name"].as_str().unwrap(),
         tag()
     );
-    let fx = Fixture::with_pod(pod, &[]);
+    let mut fx = Fixture::with_pod(pod, &[]);
+    let mut contrail_conf = install_node_conf(&mut fx.node);
     let (pod, ns) = (&fx.pod, &fx.ns);
-    let mut contrail_conf = install_node_conf(&fx.node);
     // Genie fills a missing cniVersion with 0.3.0; the shipped file has one, Genie keeps it.
     contrail_conf["cniVersion"] = json!("0.3.0");
 

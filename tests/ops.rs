@@ -272,7 +272,7 @@ fn inspect(node: &Node) -> Vec<Value> {
     let conf = node.conf_dir.0.join("10-contrail.conf");
     std::fs::write(
         &conf,
-        json!({"cniVersion": "0.3.1", "contrail": node.contrail}).to_string(),
+        json!({"cniVersion": "0.3.1", "contrail": node.contrail()}).to_string(),
     )
     .unwrap();
     let (ok, out, err) = by_hand(
@@ -334,7 +334,7 @@ fn inspect_reports_every_kind_of_debris_with_its_fix() {
             "removes it",
         ),
         (
-            "unreadable state file: not a regular file",
+            "unreadable state file: a FIFO, not a regular file",
             "k8s__default__odd",
             "left alone",
         ),

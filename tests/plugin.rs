@@ -431,15 +431,8 @@ fn concurrent_adds_of_one_network_never_share_a_vmi() {
 #[test]
 fn minimal_nad_config_with_node_wide_defaults() {
     let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    // The node-wide file carries the agent's port and the state directory...
-    let node_conf = json!({"cniVersion": "0.3.1", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
-                           "contrail": fx.node.contrail});
-    std::fs::write(
-        fx.node.conf_dir.0.join("10-contrail.conf"),
-        node_conf.to_string(),
-    )
-    .unwrap();
-    // ...so the NetworkAttachmentDefinition config is just this, plus the name Multus injects.
+    // The node-wide file carries the agent's port and the state directory, so the
+    // NetworkAttachmentDefinition config is just this, plus the name Multus injects.
     let nad = json!({"cniVersion": "0.3.0", "type": "contrail-k8s-cni", "name": "net-a"});
     let r = fx.call("ADD", "net1", &nad).assert_ok().json();
     assert_eq!(r["cniVersion"], "0.3.0");
@@ -596,11 +589,9 @@ fn bad_config_and_env_fail_before_anything_is_created() {
         assert_eq!(fx.ns.ifnames(), ["lo"], "{what}");
     }
     if !cfg!(feature = "thick") {
-        let out = fx.call(
-            "ADD",
-            "eth0",
-            &with("mode", json!("thick")).parse().unwrap(),
-        );
+        let mut fx = fx;
+        fx.set("mode", json!("thick"));
+        let out = fx.call("ADD", "eth0", &good);
         assert_eq!(out.code(), 7);
         assert!(out.msg().contains("--features thick"), "{}", out.msg());
     }

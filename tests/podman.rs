@@ -17,7 +17,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The shipped conflist these tests prove.
 const CONFLIST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/netconf/contrail.conflist");
@@ -28,11 +28,6 @@ const BUSYBOX: &str = "/bin/busybox";
 const PACKAGES: &str = "podman busybox-static catatonit runc containernetworking-plugins";
 /// libcni's result cache, which podman 4.3's CNI backend always uses.
 const CNI_CACHE: &str = "/var/lib/cni/results";
-/// The log level of the per-test node-wide file (CONTRAIL_CNI_CONF_DIR). The shipped conflist
-/// sets none, so a call that read this file logs only errors, while a call that missed the
-/// variable (and read the machine's /etc/cni/net.d instead) logs its command at the default
-/// level, info: a successful test's plugin log must stay empty.
-const NODE_LOG_LEVEL: &str = "error";
 /// Upper bound for anything podman or the plugin does here (each takes well under a second).
 const BOUND: Duration = Duration::from_secs(30);
 /// Upper bound for `podman run` to reach the container: longer than the plugin's own wait for
@@ -82,8 +77,9 @@ impl Podman {
         }
         install_busybox(&dir.join("rootfs/bin/busybox"));
 
-        // The shipped conflist, overridden only where this test must: the simulator's port and
-        // per-test state and log paths. Every plugin it names must be in the plugin dir.
+        // The shipped conflist, as it is: the node's settings (the simulator's port, per-test
+        // state and log paths) are in the test's node-wide file. Every plugin it names must be
+        // in the plugin dir.
         let mut conflist: Value =
             serde_json::from_str(&std::fs::read_to_string(CONFLIST).unwrap()).unwrap();
         let network = conflist["name"].as_str().unwrap().to_string();
@@ -98,10 +94,6 @@ impl Podman {
                 sysctls.push((format!("/proc/sys/{path}"), value.as_str().unwrap().into()));
             }
             let target = if kind == PLUGIN {
-                let contrail = &mut plugin["contrail"];
-                contrail["vrouter-port"] = json!(fx.sim.port);
-                contrail["config-dir"] = json!(node.ports_dir());
-                contrail["log-file"] = json!(log_file(node));
                 plugin_bin()
             } else {
                 let p = Path::new(REFERENCE_PLUGINS).join(&kind);
@@ -117,12 +109,6 @@ impl Podman {
         std::fs::write(
             dir.join("net/contrail.conflist"),
             serde_json::to_string_pretty(&conflist).unwrap(),
-        )
-        .unwrap();
-
-        std::fs::write(
-            node.conf_dir.0.join("10-contrail.conf"),
-            json!({"contrail": {"log-level": NODE_LOG_LEVEL}}).to_string(),
         )
         .unwrap();
 
@@ -437,21 +423,25 @@ fn assert_gone(podman: &Podman, fx: &Fixture, cid: &str, host: &str, sandbox: &s
     });
     assert!(podman.containers().is_empty(), "{:?}", podman.containers());
     assert!(podman.mounts().is_empty(), "{:?}", podman.mounts());
-    assert_calls_read_node_file(&fx.node);
+    assert_calls_read_node_file(&fx.node, cid);
 }
 
 /// Every plugin call (ADD and DEL, both proven by the agent) read this test's node-wide file,
-/// so CONTRAIL_CNI_CONF_DIR reached it, also in podman's asynchronous cleanup: see
-/// `NODE_LOG_LEVEL`. (A marker key would be more direct, but the plugin parses its config
-/// before it sets up logging, so its "ignoring unknown key" warning is never written.)
-fn assert_calls_read_node_file(node: &Node) {
+/// so CONTRAIL_CNI_CONF_DIR reached it, also in podman's asynchronous cleanup: a call that
+/// missed it would have used the built-in defaults, and its line would not be in this node's
+/// log.
+fn assert_calls_read_node_file(node: &Node, cid: &str) {
     let log = std::fs::read_to_string(log_file(node))
         .unwrap_or_else(|e| panic!("the plugin never opened its log file: {e}"));
-    assert!(
-        log.is_empty(),
-        "a plugin call did not use {}/10-contrail.conf (log-level {NODE_LOG_LEVEL}), or failed:\n{log}",
-        node.conf_dir.0.display()
-    );
+    for command in ["ADD", "DEL"] {
+        let line = format!("{command} container={cid} ifname=eth0 network=default");
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&line) && l.contains(": ok in")),
+            "no successful {command} of {cid} in the node's log ({}):\n{log}",
+            node.conf_dir.0.display()
+        );
+    }
 }
 
 /// Lines of `section` in the container's output (each section starts with `== name`).

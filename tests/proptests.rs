@@ -358,13 +358,14 @@ fn valid_field(key: &'static str) -> BoxedStrategy<Value> {
         "vrouter-port" => (1u32..=65535).prop_flat_map(num_or_string).boxed(),
         "config-dir" => abs_path().prop_map(Value::String).boxed(),
         "log-file" => prop_oneof![Just(json!("")), abs_path().prop_map(Value::String)].boxed(),
-        "poll-timeout" => (1u32..=3_600_000)
+        // Within the budget's ceiling (300 s) whatever the other key says.
+        "poll-timeout" => (10u32..=15_000)
             .prop_flat_map(|ms| {
                 let f = f64::from(ms) / 1000.0;
                 prop_oneof![Just(json!(f)), Just(json!(f.to_string()))]
             })
             .boxed(),
-        "poll-retries" => (1u32..=10_000).prop_flat_map(num_or_string).boxed(),
+        "poll-retries" => (1u32..=5).prop_flat_map(num_or_string).boxed(),
         "cluster-name" => name().prop_map(Value::String).boxed(),
         "mtu" => (68u32..=65535).prop_flat_map(num_or_string).boxed(),
         "log-level" => prop_oneof![
@@ -493,8 +494,13 @@ fn node_file() -> BoxedStrategy<Option<Value>> {
 }
 
 fn parse_conf(stdin: &[u8], node: &Option<Value>) -> contrail_k8s_cni::Result<NetConf> {
-    let path = Path::new("/etc/cni/net.d/10-contrail.conf");
-    config::parse(stdin, node.as_ref().map(|v| (path, v)))
+    let file = config::NodeFile {
+        dir: "/etc/cni/net.d".into(),
+        path: node
+            .as_ref()
+            .map(|_| "/etc/cni/net.d/10-contrail.conf".into()),
+    };
+    config::parse(stdin, &config::node(file, node.as_ref())?)
 }
 
 proptest! {
@@ -544,7 +550,8 @@ proptest! {
     }
 }
 
-/// A fully valid `contrail` section and what each key must read back as.
+/// A fully valid `contrail` section and what each key must read back as (no metrics-file or
+/// log-file inside config-dir: the node refuses those, see `config_node_files_stay_out`).
 fn valid_section() -> BoxedStrategy<Vec<(String, Value)>> {
     proptest::sample::subsequence(CONTRAIL_KEYS[..11].to_vec(), 0..=11)
         .prop_flat_map(|keys| {
@@ -567,7 +574,9 @@ fn number_of(v: &Value) -> f64 {
 proptest! {
     #![proptest_config(config(256))]
 
-    /// Valid values are always accepted and read back; stdin wins over the node file key by key.
+    /// Valid values are always accepted: the node's read back; stdin's node-scoped keys are
+    /// refused exactly when they differ from the node's, and never take effect; only the MTU
+    /// is stdin's to choose.
     #[test]
     fn config_valid_sections_are_accepted_and_read_back(
         version in select(&SUPPORTED_VERSIONS[..]),
@@ -576,41 +585,82 @@ proptest! {
         node_section in valid_section(),
     ) {
         let stdin = json!({"cniVersion": version, "name": net, "contrail": object(section.clone())});
-        let node = json!({"contrail": object(node_section.clone())});
-        let c = parse_conf(stdin.to_string().as_bytes(), &Some(node));
+        let node_value = json!({"contrail": object(node_section.clone())});
+        let inside = |key: &str| {
+            let dir = node_section.iter().find(|(k, _)| k == "config-dir").map_or("/var/lib/contrail/ports/vm", |(_, v)| v.as_str().unwrap());
+            let file = node_section.iter().find(|(k, _)| k == key).map_or(if key == "log-file" { "/var/log/contrail/cni/opencontrail.log" } else { "" }, |(_, v)| v.as_str().unwrap());
+            !file.is_empty() && Path::new(file).starts_with(dir)
+        };
+        let c = parse_conf(stdin.to_string().as_bytes(), &Some(node_value.clone()));
         check_netconf(&c)?;
         let c = match c {
             Ok(c) => c,
+            Err(e) if inside("log-file") && e.to_string().contains("inside config-dir") => return Ok(()),
             Err(e) => return Err(TestCaseError::fail(format!("refused: {e}"))),
         };
         prop_assert_eq!(c.cni_version.as_str(), version);
         prop_assert_eq!(&c.network, if net == "contrail-k8s-cni" { "default" } else { net.as_str() });
-        let merged: BTreeMap<String, Value> = node_section.into_iter().chain(section).collect();
+        // The node's settings alone, as stdin with nothing of its own sees them.
+        let nodes = parse_conf(br#"{"cniVersion":"1.0.0"}"#, &Some(node_value)).unwrap().contrail;
         let k = &c.contrail;
-        for (key, v) in &merged {
-            match key.as_str() {
-                "vrouter-ip" => prop_assert_eq!(k.vrouter_ip.to_string(), v.as_str().unwrap()),
-                "vrouter-port" => prop_assert_eq!(f64::from(k.vrouter_port), number_of(v)),
-                "config-dir" => prop_assert_eq!(k.config_dir.to_str(), v.as_str()),
-                "log-file" => prop_assert_eq!(
-                    k.log_file.as_ref().map_or("", |p| p.to_str().unwrap()),
-                    v.as_str().unwrap()
-                ),
-                "poll-timeout" => {
-                    let want = Duration::from_secs_f64(number_of(v));
-                    prop_assert!(k.poll_timeout.abs_diff(want) < Duration::from_micros(1));
-                }
-                "poll-retries" => prop_assert_eq!(f64::from(k.poll_retries), number_of(v)),
-                "cluster-name" => prop_assert_eq!(&k.cluster_name, v.as_str().unwrap()),
-                "mtu" => prop_assert_eq!(f64::from(k.mtu), number_of(v)),
-                "mode" => prop_assert_eq!(format!("{:?}", k.mode).to_lowercase(), match v.as_str().unwrap() {
-                    "k8s" => "plugin",
-                    other => other,
-                }),
-                _ => {}
+        prop_assert_eq!(&nodes, &config::Contrail { mtu: nodes.mtu, ..k.clone() }, "stdin changed a node key");
+        for (key, v) in &node_section {
+            check_read_back(&nodes, key, v)?;
+        }
+        for (key, v) in &section {
+            if key == "mtu" {
+                check_read_back(k, key, v)?;
+                continue;
             }
+            // Refused exactly when its value reads as another than the node's.
+            let differs = check_read_back(&nodes, key, v).is_err();
+            prop_assert_eq!(c.refused.contains(&key.as_str()), differs, "{}={}", key, v);
         }
     }
+}
+
+/// Whether `k` reads `key` as `v` says.
+fn check_read_back(k: &config::Contrail, key: &str, v: &Value) -> Result<(), TestCaseError> {
+    match key {
+        "vrouter-ip" => prop_assert_eq!(k.vrouter_ip.to_string(), v.as_str().unwrap()),
+        "vrouter-port" => prop_assert_eq!(f64::from(k.vrouter_port), number_of(v)),
+        "config-dir" => prop_assert_eq!(k.config_dir.as_path(), Path::new(v.as_str().unwrap())),
+        "log-file" => prop_assert_eq!(
+            k.log_file.as_deref().unwrap_or(Path::new("")),
+            Path::new(v.as_str().unwrap())
+        ),
+        "poll-timeout" => {
+            let want = Duration::from_secs_f64(number_of(v));
+            prop_assert!(k.poll_timeout.abs_diff(want) < Duration::from_micros(1));
+        }
+        "poll-retries" => prop_assert_eq!(f64::from(k.poll_retries), number_of(v)),
+        "cluster-name" => prop_assert_eq!(&k.cluster_name, v.as_str().unwrap()),
+        "mtu" => prop_assert_eq!(f64::from(k.mtu), number_of(v)),
+        "mode" => prop_assert_eq!(
+            format!("{:?}", k.mode).to_lowercase(),
+            match v.as_str().unwrap() {
+                "k8s" => "plugin",
+                other => other,
+            }
+        ),
+        "log-level" => {
+            let level = match v {
+                Value::Number(n) => n.to_string(),
+                v => v.as_str().unwrap().trim().to_lowercase(),
+            };
+            let want = match level.as_str() {
+                "0" | "1" | "2" | "error" => "ERROR",
+                "3" | "warn" | "warning" => "WARN",
+                "4" | "info" => "INFO",
+                "5" | "debug" => "DEBUG",
+                "6" | "trace" => "TRACE",
+                _ => "OFF",
+            };
+            prop_assert_eq!(k.log_level.to_string(), want);
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -856,22 +906,28 @@ fn linux_and_libcni_accept(s: &str) -> bool {
     kernel && libcni
 }
 
+/// What a name shown in the node's log may hold besides: no control characters.
+fn loggable(s: &str) -> bool {
+    !s.chars().any(char::is_control)
+}
+
 proptest! {
     #![proptest_config(config(512))]
 
-    /// check_ifname accepts only what the kernel and libcni accept, so that a bad CNI_IFNAME is
-    /// refused up front with code 4, not by netlink half-way through ADD with code 102.
+    /// check_ifname accepts only what the kernel and libcni accept (and no control
+    /// characters), so that a bad CNI_IFNAME is refused up front with code 4, not by netlink
+    /// half-way through ADD with code 102.
     #[test]
     fn check_ifname_accepts_only_what_linux_and_libcni_accept(s in ifname_value()) {
         if check_ifname(&s).is_ok() {
-            prop_assert!(linux_and_libcni_accept(&s), "{:?} accepted", s);
+            prop_assert!(linux_and_libcni_accept(&s) && loggable(&s), "{:?} accepted", s);
         }
     }
 
-    /// ...and refuses nothing they accept.
+    /// ...and refuses nothing they accept that is fit for a log line.
     #[test]
     fn check_ifname_refuses_nothing_linux_and_libcni_accept(s in ifname_value()) {
-        if linux_and_libcni_accept(&s) {
+        if linux_and_libcni_accept(&s) && loggable(&s) {
             prop_assert!(check_ifname(&s).is_ok(), "{:?} refused", s);
         }
     }
@@ -1192,13 +1248,13 @@ proptest! {
 
     #[test]
     fn vmi_ip_never_panics_and_accepts_only_sane_configs((want, body) in ip_body()) {
-        check_ip(&vmi::parse_ip(&body, &want))?;
+        check_ip(&vmi::parse_ip(&body, VM_UUID, &want))?;
     }
 
     #[test]
     fn vmi_parsers_never_panic_on_bytes(body in vec(any::<u8>(), 0..512), want in uuid()) {
         check_vmis(&vmi::parse_cfg(&body))?;
-        check_ip(&vmi::parse_ip(&body, &want))?;
+        check_ip(&vmi::parse_ip(&body, VM_UUID, &want))?;
     }
 }
 
@@ -1210,10 +1266,12 @@ const IFNAMES: &[&str] = &["eth0", "net1", "net2", "net3", "eth5"];
 const THIS: &str = "sandbox-this";
 const OLD: &str = "sandbox-old";
 
+const VM_UUID: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
+
 fn test_vmi(uuid: String, network: &str, index: u32, count: u32, interface: Option<&str>) -> Vmi {
     Vmi {
         mac: Mac([2, 0, 0, 0, (index >> 8) as u8, index as u8]),
-        vm_uuid: "40936d96-cf0e-11e8-9892-002590aaa964".into(),
+        vm_uuid: VM_UUID.into(),
         vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
         uuid,
         network: network.into(),
@@ -1221,7 +1279,31 @@ fn test_vmi(uuid: String, network: &str, index: u32, count: u32, interface: Opti
         count,
         interface: interface.map(str::to_string),
         default_gw: false,
+        namespace: Some("default".into()),
+        name: Some("p".into()),
     }
+}
+
+/// Resolution with the agent's registrations known: the VMI, and the VMIs the agent was asked
+/// about, in order.
+fn resolved<'a>(
+    at: Attachment<'_>,
+    vmis: &'a [Vmi],
+    claims: &[Claim],
+    registered: &[String],
+) -> (Result<&'a Vmi, Unresolved>, Vec<String>) {
+    let mut asked = Vec::new();
+    let got = vmi::resolve(at, vmis, claims).and_then(|choice| {
+        choice
+            .take(|v| {
+                asked.push(v.uuid.clone());
+                registered.contains(&v.uuid)
+            })
+            .ok_or(Unresolved::AllTaken {
+                count: vmis.iter().filter(|v| v.network == at.network).count(),
+            })
+    });
+    (got, asked)
 }
 
 /// Distinct, kube-manager-like (shared prefix) VMI uuids.
@@ -1333,12 +1415,12 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
         container_id: THIS,
         ifname: s.ifname,
     };
-    let got = vmi::resolve(at, &s.vmis, &s.claims, &s.registered);
+    let (got, asked) = resolved(at, &s.vmis, &s.claims, &s.registered);
 
     // Order independence: the agent's order and the directory order do not matter.
     let vmis2: Vec<Vmi> = s.vmi_order.iter().map(|&i| s.vmis[i].clone()).collect();
     let claims2: Vec<Claim> = s.claim_order.iter().map(|&i| s.claims[i].clone()).collect();
-    let got2 = vmi::resolve(at, &vmis2, &claims2, &s.registered);
+    let (got2, _) = resolved(at, &vmis2, &claims2, &s.registered);
     prop_assert_eq!(
         got.as_ref().map(|v| &v.uuid),
         got2.as_ref().map(|v| &v.uuid),
@@ -1356,6 +1438,26 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
             && claims_on(&s.claims, v)
                 .any(|c| c.container_id.as_deref() == Some(THIS) && c.ifname == s.ifname)
     });
+    // The agent is asked only about VMIs no state file names, of a network attached more than
+    // once, in index order, and about none after the one taken.
+    let asked_vmis: Vec<&Vmi> = asked
+        .iter()
+        .map(|u| *candidates.iter().find(|v| &v.uuid == u).unwrap())
+        .collect();
+    prop_assert!(
+        asked_vmis.windows(2).all(|w| w[0].index < w[1].index),
+        "asked out of order"
+    );
+    for v in &asked_vmis {
+        prop_assert!(
+            candidates.len() > 1 && claims_on(&s.claims, v).next().is_none(),
+            "asked about {}",
+            v.uuid
+        );
+    }
+    if let (Ok(v), Some(last)) = (&got, asked_vmis.last()) {
+        prop_assert!(last.index <= v.index, "asked beyond the one taken");
+    }
 
     match got {
         Ok(v) => {
@@ -1403,7 +1505,8 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
                 let live = claims
                     .iter()
                     .any(|c| c.container_id.as_deref().is_none_or(|id| id == THIS));
-                let unexplained = s.registered.contains(&v.uuid) && claims.is_empty();
+                let unexplained =
+                    candidates.len() > 1 && s.registered.contains(&v.uuid) && claims.is_empty();
                 prop_assert!(
                     v.interface.is_some() || live || unexplained,
                     "VMI {} (index {}) was free",
@@ -1465,7 +1568,7 @@ proptest! {
         let mut got = Vec::new();
         for ifname in &ifnames {
             let at = Attachment { network: "net-a", container_id: THIS, ifname };
-            let v = match vmi::resolve(at, &vmis, &claims, &registered) {
+            let v = match resolved(at, &vmis, &claims, &registered).0 {
                 Ok(v) => v,
                 Err(e) => return Err(TestCaseError::fail(format!("{ifname}: {e:?} after {got:?}"))),
             };
@@ -1477,11 +1580,11 @@ proptest! {
         prop_assert_eq!(&got, &want);
         for (ifname, uuid) in ifnames.iter().zip(&got) {
             let at = Attachment { network: "net-a", container_id: THIS, ifname };
-            prop_assert_eq!(vmi::resolve(at, &vmis, &claims, &registered).map(|v| &v.uuid), Ok(uuid));
+            prop_assert_eq!(resolved(at, &vmis, &claims, &registered).0.map(|v| &v.uuid), Ok(uuid));
         }
         let at = Attachment { network: "net-a", container_id: THIS, ifname: "extra0" };
         prop_assert_eq!(
-            vmi::resolve(at, &vmis, &claims, &registered).map(|v| &v.uuid),
+            resolved(at, &vmis, &claims, &registered).0.map(|v| &v.uuid),
             Err(Unresolved::AllTaken { count: ifnames.len() })
         );
     }

@@ -219,8 +219,8 @@ fn run_case(seed: u64) {
     let specs = pods();
     let sim = Sim::start(&specs.iter().collect::<Vec<_>>(), &[]);
     let mut node = Node::new(&sim);
-    node.contrail["poll-timeout"] = json!(0.3);
-    node.contrail["poll-retries"] = json!(3);
+    node.set("poll-timeout", json!(0.3))
+        .set("poll-retries", json!(3));
     let mut pods: Vec<Pod> = specs
         .into_iter()
         .map(|spec| Pod {

@@ -4,16 +4,21 @@
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-/// netconf/10-contrail-thick.conf as shipped, pointed at this test's agent and directories.
-fn thick_conf(node: &Node) -> Value {
+/// netconf/10-contrail-thick.conf as shipped, pointed at this test's agent and directories,
+/// installed as the node-wide file.
+fn thick(vmis: Vec<VmiSpec>) -> Fixture {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("netconf/10-contrail-thick.conf");
-    let mut conf: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let conf: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(conf["contrail"]["mode"], "thick");
-    for (k, v) in node.contrail.as_object().unwrap() {
-        conf["contrail"][k] = v.clone();
-    }
-    conf
+    let mut fx = Fixture::new(vmis);
+    fx.node.install(conf);
+    fx
+}
+
+/// The config kubelet hands the plugin: the node-wide file itself.
+fn thick_conf(node: &Node) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(node.node_file()).unwrap()).unwrap()
 }
 
 /// One call in the pod's sandbox, with the pod's identity as a runtime passes it.
@@ -40,7 +45,7 @@ fn vmis_of(n: u8) -> Vec<VmiSpec> {
 }
 
 fn thick_pod_comes_up_and_goes_away(n: u8) {
-    let fx = Fixture::new(vmis_of(n));
+    let fx = thick(vmis_of(n));
     let ns = &fx.ns;
     let r = call(&fx, "ADD").assert_ok().json();
     // The runtime knows only the first interface: the result describes eth0 alone.
@@ -91,7 +96,7 @@ fn dual_stack_default_gw_on_a_later_vmi_and_an_interface_annotation() {
             .with("default-gw", json!(true)),
         VmiSpec::new("net-b", 3).with("interface", json!("data0")),
     ];
-    let fx = Fixture::new(vmis.clone());
+    let fx = thick(vmis.clone());
     let ns = &fx.ns;
     call(&fx, "ADD").assert_ok();
     assert_eq!(ns.ifnames(), ["data0", "eth0", "eth1", "lo"]);
@@ -120,7 +125,7 @@ fn dual_stack_default_gw_on_a_later_vmi_and_an_interface_annotation() {
 
 #[test]
 fn clashing_names_fail_before_anything_is_created() {
-    let fx = Fixture::new(vec![
+    let fx = thick(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-b", 3).with("interface", json!("eth1")),
@@ -136,7 +141,7 @@ fn clashing_names_fail_before_anything_is_created() {
 fn failure_on_the_last_interface_rolls_everything_back() {
     let mut vmis = vmis_of(4);
     vmis[3] = vmis[3].clone().with("ip-delay-ms", json!(600_000));
-    let mut fx = Fixture::new(vmis);
+    let mut fx = thick(vmis);
     fx.set("poll-timeout", json!(0.1))
         .set("poll-retries", json!(3));
     let out = call(&fx, "ADD");
@@ -153,7 +158,7 @@ fn failure_on_the_last_interface_rolls_everything_back() {
 
 #[test]
 fn del_after_the_netns_is_gone() {
-    let fx = Fixture::new(vmis_of(3));
+    let fx = thick(vmis_of(3));
     let r = call(&fx, "ADD").assert_ok().json();
     let host = host_name(&r);
     fx.remove_netns();
@@ -169,7 +174,7 @@ fn del_after_the_netns_is_gone() {
 
 #[test]
 fn del_then_add_gives_every_interface_its_vmi_back() {
-    let fx = Fixture::new(vmis_of(3));
+    let fx = thick(vmis_of(3));
     for _ in 0..2 {
         call(&fx, "ADD").assert_ok();
         for (i, v) in fx.pod.vmis.iter().enumerate() {

@@ -315,6 +315,8 @@ impl PodSpec {
 /// The agent simulator on an ephemeral loopback port, killed on drop.
 pub struct Sim {
     child: Child,
+    /// The loopback address it listens on.
+    pub ip: String,
     pub port: u16,
     bin: PathBuf,
     _dir: TempDir,
@@ -327,10 +329,20 @@ impl Sim {
 
     /// [`Sim::start`] with the simulator binary at `bin`.
     pub fn start_with(bin: &Path, pods: &[&PodSpec], args: &[&str]) -> Sim {
+        Sim::spawn(bin, Sim::pods_file(pods), "127.0.0.1", args)
+    }
+
+    /// [`Sim::start`] on another loopback address (`127.0.0.2`: an endpoint that is not the
+    /// node's agent).
+    pub fn start_on(ip: &str, pods: &[&PodSpec], args: &[&str]) -> Sim {
+        Sim::spawn(&sim_bin(), Sim::pods_file(pods), ip, args)
+    }
+
+    fn pods_file(pods: &[&PodSpec]) -> TempDir {
         let dir = TempDir::new();
         let body = json!({"pods": pods.iter().map(|p| p.to_json()).collect::<Vec<_>>()});
         std::fs::write(dir.0.join("pods.json"), body.to_string()).unwrap();
-        Sim::spawn(bin, dir, args)
+        dir
     }
 
     /// The agent dies: nothing listens on its port any more (until [`Sim::restart`]).
@@ -344,13 +356,18 @@ impl Sim {
     pub fn restart(&mut self, args: &[&str]) {
         self.stop();
         let dir = std::mem::replace(&mut self._dir, TempDir(PathBuf::new()));
-        *self = Sim::spawn(&self.bin, dir, args);
+        *self = Sim::spawn(&self.bin, dir, &self.ip, args);
     }
 
-    fn spawn(bin: &Path, dir: TempDir, args: &[&str]) -> Sim {
+    fn spawn(bin: &Path, dir: TempDir, ip: &str, args: &[&str]) -> Sim {
         let file = dir.0.join("pods.json");
         let mut child = Command::new(bin)
-            .args(["--pods", file.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args([
+                "--pods",
+                file.to_str().unwrap(),
+                "--listen",
+                &format!("{ip}:0"),
+            ])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -368,6 +385,7 @@ impl Sim {
             .unwrap_or_else(|| panic!("simulator did not start: {line:?}"));
         Sim {
             child,
+            ip: ip.to_string(),
             port,
             bin: bin.to_path_buf(),
             _dir: dir,
@@ -376,7 +394,7 @@ impl Sim {
 
     /// One GET; the answer's JSON body.
     pub fn get(&self, path: &str) -> Value {
-        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let url = format!("http://{}:{}{path}", self.ip, self.port);
         let body = ureq::get(&url)
             .call()
             .unwrap()
@@ -399,8 +417,13 @@ impl Sim {
             .clone();
         let port = json!({"vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "vm-id": "test",
             "host-ifname": host_ifname, "vm-ifname": vm_ifname, "vn-uuid": vn, "vmi-uuid": vmi});
-        let url = format!("http://127.0.0.1:{}/vm", self.port);
+        let url = format!("http://{}:{}/vm", self.ip, self.port);
         ureq::post(&url).send_json(&port).unwrap();
+    }
+
+    /// How many requests it served (its own `/sim/` ones aside).
+    pub fn requests(&self) -> u64 {
+        self.get("/sim/stats")["requests"].as_u64().unwrap()
     }
 
     /// The ports the agent has registered: (vmi uuid, host ifname, vm ifname).
@@ -497,12 +520,17 @@ pub fn run_wrapped(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: 
     }
 }
 
-/// One node's plugin setup: a config dir, a node conf dir, and the simulator's port.
+/// One node's plugin setup: a state and log directory, the node-wide file's directory (the
+/// plugin's `CONTRAIL_CNI_CONF_DIR`), and the simulator's port. The node's settings live in the
+/// node-wide file, as on a real node: stdin carries only what a NetworkAttachmentDefinition
+/// would.
 pub struct Node {
     pub config_dir: TempDir,
     pub conf_dir: TempDir,
     pub port: u16,
-    pub contrail: Value,
+    /// The node-wide file: a network config whose `contrail` section is the node's settings
+    /// (change them with [`Node::set`]).
+    file: Value,
     /// A command the plugin runs under (`timeout`, `prlimit`); none by default.
     pub wrapper: Vec<String>,
 }
@@ -518,22 +546,71 @@ impl Node {
             "log-file": config_dir.0.join("cni.log").to_str().unwrap(),
             "log-level": "debug",
         });
-        Node {
+        let node = Node {
             config_dir,
             conf_dir: TempDir::new(),
             port: sim.port,
-            contrail,
+            file: json!({"cniVersion": "1.0.0", "name": "contrail-k8s-cni",
+                         "type": "contrail-k8s-cni", "contrail": contrail}),
             wrapper: Vec::new(),
+        };
+        node.write_node_file();
+        node
+    }
+
+    /// The node-wide file's `contrail` section.
+    pub fn contrail(&self) -> &Value {
+        &self.file["contrail"]
+    }
+
+    /// Sets a key of the node-wide file (`Value::Null` removes it) and writes the file.
+    pub fn set(&mut self, key: &str, value: Value) -> &mut Node {
+        match value {
+            Value::Null => {
+                self.file["contrail"].as_object_mut().unwrap().remove(key);
+            }
+            v => self.file["contrail"][key] = v,
         }
+        self.write_node_file();
+        self
+    }
+
+    /// Installs a shipped network config (`netconf/10-contrail.conf`, ...) as the node-wide
+    /// file, pointed at this node's agent and directories; returns it, as kubelet hands it to
+    /// the plugin on stdin when it calls the plugin directly.
+    pub fn install(&mut self, mut conf: Value) -> Value {
+        for (k, v) in self.contrail().as_object().unwrap() {
+            conf["contrail"][k] = v.clone();
+        }
+        self.file = conf.clone();
+        self.write_node_file();
+        conf
+    }
+
+    /// The node-wide file, as the DaemonSet installs it.
+    pub fn node_file(&self) -> PathBuf {
+        self.conf_dir.0.join("10-contrail.conf")
+    }
+
+    /// Written whole and renamed into place: calls running meanwhile read the old or the new.
+    fn write_node_file(&self) {
+        let tmp = self.conf_dir.0.join(".10-contrail.conf.tmp");
+        std::fs::write(&tmp, self.file.to_string()).unwrap();
+        std::fs::rename(&tmp, self.node_file()).unwrap();
     }
 
     pub fn ports_dir(&self) -> PathBuf {
         self.config_dir.0.join("ports")
     }
 
+    /// The node's log file.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.config_dir.0.join("cni.log")).unwrap_or_default()
+    }
+
     /// The network config Multus hands a delegate: the NAD's config plus its injected name.
     pub fn netconf(&self, version: &str, network: &str) -> Value {
-        json!({"cniVersion": version, "name": network, "type": "contrail-k8s-cni", "contrail": self.contrail})
+        json!({"cniVersion": version, "name": network, "type": "contrail-k8s-cni"})
     }
 
     pub fn call(
@@ -810,9 +887,9 @@ impl Fixture {
         }
     }
 
-    /// Sets a key of the node's `contrail` section.
+    /// Sets a key of the node-wide file.
     pub fn set(&mut self, key: &str, value: Value) -> &mut Fixture {
-        self.node.contrail[key] = value;
+        self.node.set(key, value);
         self
     }
 
@@ -869,7 +946,7 @@ impl Fixture {
     pub fn restart_agent(&mut self, sim_args: &[&str]) {
         self.sim.restart(sim_args);
         self.node.port = self.sim.port;
-        self.node.contrail["vrouter-port"] = json!(self.sim.port);
+        self.node.set("vrouter-port", json!(self.sim.port));
     }
 
     /// ADD, which must succeed: its result.

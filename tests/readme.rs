@@ -1,0 +1,68 @@
+//! The README's tables that operators act on follow the code: which keys a network's config may
+//! set, and the trust table, name every key as `config::KEYS` scopes it.
+
+use contrail_k8s_cni::config::{KEYS, Scope};
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+}
+
+/// The rows of the table that follows `heading`: cells without their backquotes.
+fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
+    let at = text.find(heading).unwrap_or_else(|| panic!("no {heading:?} in README.md"));
+    text[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().replace('`', ""))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_table_says_who_sets_each_key() {
+    let rows = table(&readme(), "## Configuration");
+    let documented: Vec<(String, String)> =
+        rows.iter().map(|r| (r[0].clone(), r[2].clone())).collect();
+    let code: Vec<(String, String)> = KEYS
+        .iter()
+        .map(|(k, scope)| {
+            let by = match scope {
+                Scope::Node => "node",
+                Scope::Network => "network",
+            };
+            (k.to_string(), by.to_string())
+        })
+        .collect();
+    assert_eq!(documented, code);
+}
+
+#[test]
+fn the_trust_table_covers_every_key_and_input() {
+    let rows = table(&readme(), "## Security");
+    let inputs: String = rows.iter().map(|r| format!("{} ", r[0])).collect();
+    for (key, scope) in KEYS {
+        assert!(inputs.contains(key), "{key} is not in the trust table");
+        let row = rows.iter().find(|r| r[0].contains(key)).unwrap();
+        let node_only = row[1] == "node only";
+        assert_eq!(node_only, scope == Scope::Node, "{key}: {}", row[1]);
+    }
+    for input in [
+        "CNI_IFNAME",
+        "CNI_ARGS",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "node-wide file",
+        "CONTRAIL_CNI_CONF_DIR",
+        "agent's answers",
+        "state directory",
+        "log and metrics files",
+    ] {
+        assert!(inputs.contains(input), "{input} is not in the trust table");
+    }
+}
