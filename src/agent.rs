@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::config::Contrail;
-use crate::error::{AgentFault, Error, Result};
+use crate::error::{AgentFault, Error, Malformed, Result};
 use crate::pod::Pod;
 use crate::vmi::{self, IpConfig, Vmi};
 
@@ -302,8 +302,8 @@ impl Agent {
 
     /// An answer the parsers refused, with the agent and the request it answered, so that an
     /// operator knows where to look.
-    fn refused(&self, method: Method, path: &str, e: Error) -> Error {
-        self.fault(method, path, AgentFault::Refused(e.to_string()))
+    fn refused(&self, method: Method, path: &str, e: Malformed) -> Error {
+        self.fault(method, path, AgentFault::Refused(e))
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),

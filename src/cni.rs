@@ -79,7 +79,7 @@ impl Command {
 }
 
 /// The VERSION answer.
-pub fn version_info(requested: Option<&str>) -> Value {
+pub(crate) fn version_info(requested: Option<&str>) -> Value {
     json!({
         "cniVersion": requested.unwrap_or(Version::NEWEST.as_str()),
         "supportedVersions": SUPPORTED_VERSIONS,

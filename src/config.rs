@@ -22,16 +22,16 @@ use serde_json::{Map, Value};
 use crate::cni::{Version, valid_name};
 use crate::error::{Error, Result};
 
-pub const DEFAULT_NODE_CONF_DIR: &str = "/etc/cni/net.d";
+pub(crate) const DEFAULT_NODE_CONF_DIR: &str = "/etc/cni/net.d";
 /// Overrides [`DEFAULT_NODE_CONF_DIR`]: for tests and unusual installs. The environment is the
 /// node's, like the file.
-pub const NODE_CONF_DIR_ENV: &str = "CONTRAIL_CNI_CONF_DIR";
+pub(crate) const NODE_CONF_DIR_ENV: &str = "CONTRAIL_CNI_CONF_DIR";
 /// Stdin `name` values that mean the cluster pod network.
 const DEFAULT_NETWORK_NAMES: [&str; 2] = ["", "contrail-k8s-cni"];
 /// The longest a call may wait for the agent in all (poll-timeout x poll-retries): beyond a few
 /// minutes the runtime has given up on the call anyway, and a waiting call holds its pod's lock
 /// files and the agent's attention.
-pub const MAX_BUDGET: Duration = Duration::from_secs(300);
+pub(crate) const MAX_BUDGET: Duration = Duration::from_secs(300);
 /// The node-wide file is a few hundred bytes; anything larger is not one.
 const MAX_NODE_FILE: u64 = 1 << 20;
 
@@ -532,14 +532,14 @@ fn decode<T: DeserializeOwned>(v: Value, prefix: &str, source: &str) -> Result<T
 }
 
 /// The directory the node-wide file is looked for in: `CONTRAIL_CNI_CONF_DIR` or the default.
-pub fn node_conf_dir() -> PathBuf {
+pub(crate) fn node_conf_dir() -> PathBuf {
     std::env::var_os(NODE_CONF_DIR_ENV)
         .map_or_else(|| PathBuf::from(DEFAULT_NODE_CONF_DIR), PathBuf::from)
 }
 
 /// The node-wide file in `dir`: the first `*contrail.conf` or `*tf-cni.conf` by name, as the
 /// legacy plugin picks it, with its JSON. None when there is none (or no such directory).
-pub fn find_node_file(dir: &Path) -> Result<(NodeFile, Option<Value>)> {
+pub(crate) fn find_node_file(dir: &Path) -> Result<(NodeFile, Option<Value>)> {
     let none = || NodeFile {
         dir: dir.to_path_buf(),
         path: None,
@@ -570,7 +570,7 @@ pub fn find_node_file(dir: &Path) -> Result<(NodeFile, Option<Value>)> {
 }
 
 /// Reads a node-wide file (followed if a symlink: a ConfigMap mount is made of them).
-pub fn read_node_file(path: &Path) -> Result<Value> {
+pub(crate) fn read_node_file(path: &Path) -> Result<Value> {
     use std::io::Read;
     let mut bytes = Vec::new();
     std::fs::File::open(path)
@@ -600,14 +600,14 @@ pub struct Node {
 }
 
 /// The node's settings from the node-wide file in [`node_conf_dir`].
-pub fn load_node() -> Result<Node> {
+pub(crate) fn load_node() -> Result<Node> {
     let (file, value) = find_node_file(&node_conf_dir())?;
     node(file, value.as_ref())
 }
 
 /// The node's settings from the node-wide file at `path` (given by hand: `inspect --config`,
 /// `install --conf`).
-pub fn load_node_from(path: &Path) -> Result<Node> {
+pub(crate) fn load_node_from(path: &Path) -> Result<Node> {
     let file = NodeFile {
         dir: path.parent().unwrap_or(Path::new("/")).to_path_buf(),
         path: Some(path.to_path_buf()),
@@ -642,13 +642,12 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
             let key = if path == "." { "(top level)" } else { &path };
             Error::config(key, e)
         } else {
-            Error::decode(format!("network config on stdin is not JSON: {e}"))
+            Error::NotJson(e)
         }
     })?;
-    de.end()
-        .map_err(|e| Error::decode(format!("network config on stdin is not JSON: {e}")))?;
+    de.end().map_err(Error::NotJson)?;
     let version = match &conf.cni_version {
-        Some(v) => Version::parse(v).ok_or_else(|| Error::Version(v.clone()))?,
+        Some(v) => Version::parse(v).ok_or_else(|| Error::Version(v.to_string()))?,
         None => return Err(Error::config("cniVersion", "missing")),
     };
     let name = conf.name.as_deref().unwrap_or("");

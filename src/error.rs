@@ -1,14 +1,17 @@
-//! One error type for the whole program. Each variant keeps what went wrong in terms of its
-//! cause (an I/O error, a netlink errno, the agent's status, a refused answer, a wait that ran
-//! out); the CNI code is chosen in one place ([`Error::code`]) and the message an operator reads
-//! is the `Display`. Retrying decides on the kind ([`Error::is_transient`]), never on a code.
+//! One error type for the whole program. Each variant keeps what went wrong as data (the key,
+//! the field, the interface, the cause: an I/O error, a netlink errno, the agent's status, a
+//! wait that ran out); the CNI code is chosen in one place ([`Error::code`]) and the message an
+//! operator reads is the `Display`. Retrying decides on the kind ([`Error::is_transient`]), never
+//! on a code or a message.
 
 use std::fmt;
 use std::io;
 use std::time::Duration;
 
 use crate::cni::SUPPORTED_VERSIONS;
+pub use crate::interface::Mismatch;
 use crate::netlink;
+use crate::vmi::Unresolved;
 
 /// Reserved CNI error codes, and this plugin's own (100 and up).
 pub mod code {
@@ -26,7 +29,8 @@ pub mod code {
     pub const NO_VMI: u32 = 101;
     /// Creating or configuring the interface failed.
     pub const INTERFACE: u32 = 102;
-    /// CHECK found the attachment different from what ADD created.
+    /// CHECK found the attachment different from what ADD made. The CNI specification defines
+    /// no code for this; 100 and up are the plugin's.
     pub const CHECK_FAILED: u32 = 103;
 }
 
@@ -38,7 +42,160 @@ pub enum AgentFault {
     /// An HTTP status other than 200 and 404. Asking again may help.
     Status(u16),
     /// An answer the contract does not allow. Asking again will not help.
-    Refused(String),
+    Refused(Malformed),
+}
+
+/// What is wrong with an answer of the agent: where, and of what kind. Never the answer's
+/// bytes, which are not this plugin's to repeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Malformed {
+    /// Not JSON at all (serde's syntax error: a position, no content).
+    Json { what: String, why: String },
+    /// JSON of another shape than the contract's, at `at`.
+    Shape {
+        what: String,
+        at: String,
+        missing: Option<String>,
+    },
+    /// A field with a value the contract does not allow.
+    Field {
+        what: String,
+        field: &'static str,
+        problem: &'static str,
+    },
+    /// The answer lacks what was asked for.
+    Absent { what: String },
+    /// More VMIs than any pod has.
+    TooMany { count: usize, max: u32 },
+    /// A VMI reported ready without an address.
+    NoAddress { what: String },
+    /// A VMI of the answer is not annotated as the calling pod's.
+    NotThePods { vmi: String, pod: String },
+    /// A VMI of the answer belongs to another VM than the others.
+    OtherVm { vmi: String },
+    /// An IP configuration of another VM than the pod's.
+    OtherInstance { vmi: String, vm: String },
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Malformed::Json { what, why } => write!(f, "agent sent invalid JSON for {what}: {why}"),
+            Malformed::Shape { what, at, missing } => match missing {
+                Some(field) => write!(
+                    f,
+                    "agent sent {what} in another shape (at {at}: missing field {field})"
+                ),
+                None => write!(
+                    f,
+                    "agent sent {what} in another shape (at {at}: a value of another type)"
+                ),
+            },
+            Malformed::Field {
+                what,
+                field,
+                problem,
+            } => write!(f, "agent sent {what} whose {field} {problem}"),
+            Malformed::Absent { what } => write!(f, "agent's answer does not contain {what}"),
+            Malformed::TooMany { count, max } => {
+                write!(f, "agent sent {count} VMIs for one pod, more than {max}")
+            }
+            Malformed::NoAddress { what } => write!(
+                f,
+                "agent reports {what} ready but with neither an IPv4 nor an IPv6 address"
+            ),
+            Malformed::NotThePods { vmi, pod } => write!(
+                f,
+                "VMI {vmi} is not annotated as pod {pod}'s (its namespace and name annotations \
+                 are missing or name another pod)"
+            ),
+            Malformed::OtherVm { vmi } => {
+                write!(
+                    f,
+                    "VMI {vmi} belongs to another VM than the pod's other VMIs"
+                )
+            }
+            Malformed::OtherInstance { vmi, vm } => write!(
+                f,
+                "agent sent the IP config of VMI {vmi} for another VM (its instance-id is not \
+                 pod {vm})"
+            ),
+        }
+    }
+}
+
+/// Why an interface cannot be made as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// The name is taken in the pod: another attachment owns it.
+    NameTaken { name: String, netns: String },
+    /// Gone right after it was made (something else deletes links).
+    Vanished { name: String },
+    /// A host link of this name is another pod's attachment.
+    HeldByPod { name: String, pod: String },
+    /// A host link of this name exists and is not one this plugin makes.
+    NotOurs { name: String },
+    /// Thick mode: two VMIs would get one name.
+    SameName {
+        name: String,
+        first: (String, u32),
+        second: (String, u32),
+    },
+    /// Thick mode: an `interface` annotation names an interface Linux refuses.
+    BadName { name: String, why: &'static str },
+    /// A newer sandbox of the pod took the VMI over while this ADD ran.
+    TakenOver { ifname: String },
+    /// A state record without the MAC this plugin writes into every one.
+    NoMac { vmi: String },
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::NameTaken { name, netns } => write!(
+                f,
+                "interface {name} already exists in {netns}; another attachment owns that name"
+            ),
+            Conflict::Vanished { name } => {
+                write!(f, "interface {name} vanished right after creation")
+            }
+            Conflict::HeldByPod { name, pod } => {
+                write!(
+                    f,
+                    "host interface {name} is an attachment of pod {pod}: not replacing it"
+                )
+            }
+            Conflict::NotOurs { name } => write!(
+                f,
+                "host interface {name} exists and is not one this plugin makes: not replacing it"
+            ),
+            Conflict::SameName {
+                name,
+                first,
+                second,
+            } => write!(
+                f,
+                "VMIs {} (index {}) and {} (index {}) would both be {name}: fix the pod's \
+                 interface names",
+                first.0, first.1, second.0, second.1
+            ),
+            Conflict::BadName { name, why } => write!(f, "interface name {name:?} {why}"),
+            Conflict::TakenOver { ifname } => write!(
+                f,
+                "{ifname} was taken over by a newer sandbox of the pod while it was being added"
+            ),
+            Conflict::NoMac { vmi } => write!(f, "the state record of VMI {vmi} has no MAC"),
+        }
+    }
+}
+
+/// What a call was doing when more failures came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum During {
+    /// Rolling back a failed ADD.
+    Rollback,
+    /// GC or the sweep, going on to the node's other pods.
+    NodeWide,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +211,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Input that is not what the protocol says (stdin that is not JSON, an agent answer that
-    /// breaks the contract).
-    #[error("{0}")]
-    Decode(String),
+    /// Stdin that is not JSON.
+    #[error("network config on stdin is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
     #[error("invalid network config: {key}: {why}")]
     Config { key: String, why: String },
     /// The network's config sets keys that are the node's to other values than the node's.
@@ -87,22 +243,45 @@ pub enum Error {
     /// STATUS: the agent does not answer at all.
     #[error("vRouter agent at {agent} is unreachable: {why}")]
     Unavailable { agent: String, why: String },
-    #[error("{0}")]
-    Internal(String),
+    /// A panic, caught before it reached the caller; its message is in the log.
+    #[error("internal error in contrail-k8s-cni; see its log")]
+    Internal,
     /// No VMI of the pod fits the attachment.
-    #[error("{0}")]
-    NoVmi(String),
+    #[error("{}", no_vmi_message(vm_name, network, why))]
+    NoVmi {
+        vm_name: String,
+        network: String,
+        why: Unresolved,
+    },
     #[error(transparent)]
     Link(#[from] netlink::Error),
-    /// The interface cannot be made as asked (the name is taken, it vanished, ...).
+    /// The interface cannot be made as asked.
     #[error("{0}")]
-    Interface(String),
+    Interface(Conflict),
     /// CHECK found the attachment different from what ADD made.
     #[error("{0}")]
-    Check(String),
-    /// A failure whose rollback failed too: the failure's code, every message.
-    #[error("{error}; rolling back also failed: {}", join(also))]
-    RolledBack { error: Box<Error>, also: Vec<Error> },
+    Check(Mismatch),
+    /// A failure in one pod's state (GC, the sweep).
+    #[error("pod {vm_name}: {source}")]
+    Pod { vm_name: String, source: Box<Error> },
+    /// Several failures of one call: the first decides its code; the others came while the
+    /// call rolled back or went on to the node's other pods.
+    #[error("{}", several_message(first, also, *during))]
+    Several {
+        first: Box<Error>,
+        also: Vec<Error>,
+        during: During,
+    },
+}
+
+fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
+    let keys: Vec<String> = keys.iter().map(|k| format!("contrail.{k}")).collect();
+    format!(
+        "invalid network config: {}: the config of network {network:?} sets node-scoped \
+         settings to other values than the node's; only the node-wide file {node_file} may set \
+         them: remove them from the network's config (NetworkAttachmentDefinition)",
+        keys.join(", ")
+    )
 }
 
 fn agent_message(agent: &str, request: &str, fault: &AgentFault) -> String {
@@ -119,22 +298,29 @@ fn agent_message(agent: &str, request: &str, fault: &AgentFault) -> String {
     }
 }
 
-fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
-    let keys: Vec<String> = keys.iter().map(|k| format!("contrail.{k}")).collect();
-    format!(
-        "invalid network config: {}: the config of network {network:?} sets node-scoped \
-         settings to other values than the node's; only the node-wide file {node_file} may set \
-         them: remove them from the network's config (NetworkAttachmentDefinition)",
-        keys.join(", ")
-    )
+fn no_vmi_message(vm_name: &str, network: &str, why: &Unresolved) -> String {
+    match why {
+        Unresolved::NoSuchNetwork { known } => format!(
+            "pod {vm_name} has no interface on network {network:?}; the agent knows it on: {}. \
+             Check that the NetworkAttachmentDefinition name matches the pod's networks \
+             annotation",
+            known.join(", ")
+        ),
+        Unresolved::AllTaken { count } => format!(
+            "all {count} interface(s) of pod {vm_name} on network {network:?} are already \
+             attached under other interface names; the pod references that network fewer times \
+             than it is being attached"
+        ),
+        Unresolved::NoVmis => format!("pod {vm_name} has no VMIs"),
+    }
 }
 
-fn join(errors: &[Error]) -> String {
-    errors
-        .iter()
-        .map(Error::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+fn several_message(first: &Error, also: &[Error], during: During) -> String {
+    let also: Vec<String> = also.iter().map(Error::to_string).collect();
+    match during {
+        During::Rollback => format!("{first}; rolling back also failed: {}", also.join("; ")),
+        During::NodeWide => format!("{first}; also: {}", also.join("; ")),
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -154,14 +340,31 @@ impl Error {
         }
     }
 
-    pub fn decode(what: impl fmt::Display) -> Error {
-        Error::Decode(what.to_string())
-    }
-
     /// An I/O error on `path` while doing `what` ("reading", "writing state in", ...).
     pub fn io(what: &str, path: &std::path::Path) -> impl FnOnce(io::Error) -> Error {
         let what = format!("{what} {}", path.display());
         move |source| Error::Io { what, source }
+    }
+
+    /// `first`, with the failures that came after it `during` something, if any.
+    pub(crate) fn with_also(first: Error, also: Vec<Error>, during: During) -> Error {
+        if also.is_empty() {
+            return first;
+        }
+        Error::Several {
+            first: Box::new(first),
+            also,
+            during,
+        }
+    }
+
+    /// `errors` as one: none is fine, one is itself, more are [`Error::Several`].
+    pub fn several(errors: Vec<Error>, during: During) -> Result<()> {
+        let mut errors = errors.into_iter();
+        match errors.next() {
+            None => Ok(()),
+            Some(first) => Err(Error::with_also(first, errors.collect(), during)),
+        }
     }
 
     /// The CNI error code: the one place where a failure becomes a number.
@@ -170,7 +373,7 @@ impl Error {
             Error::Version(_) => code::INCOMPATIBLE_VERSION,
             Error::Env { .. } => code::INVALID_ENV,
             Error::Io { .. } => code::IO,
-            Error::Decode(_) => code::DECODE,
+            Error::NotJson(_) => code::DECODE,
             Error::Config { .. } | Error::NodeKeys { .. } => code::INVALID_CONFIG,
             Error::Agent {
                 fault: AgentFault::Refused(_),
@@ -178,17 +381,18 @@ impl Error {
             } => code::DECODE,
             Error::Agent { .. } | Error::TimedOut { .. } => code::TRY_AGAIN_LATER,
             Error::Unavailable { .. } => code::NOT_AVAILABLE,
-            Error::Internal(_) => code::INTERNAL,
-            Error::NoVmi(_) => code::NO_VMI,
+            Error::Internal => code::INTERNAL,
+            Error::NoVmi { .. } => code::NO_VMI,
             Error::Link(_) | Error::Interface(_) | Error::Abandoned { .. } => code::INTERFACE,
             Error::Check(_) => code::CHECK_FAILED,
-            Error::RolledBack { error, .. } => error.code(),
+            Error::Pod { source, .. } => source.code(),
+            Error::Several { first, .. } => first.code(),
         }
     }
 
     /// Whether asking the agent again may give another answer (a lost connection, a 500);
     /// waits retry these and stop at anything else.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             Error::Agent {
@@ -208,14 +412,19 @@ impl Error {
 mod tests {
     use super::*;
 
-    #[test]
-    fn codes_follow_the_cause() {
-        let agent = |fault| Error::Agent {
+    fn agent(fault: AgentFault) -> Error {
+        Error::Agent {
             agent: "http://127.0.0.1:9091".into(),
             request: "GET /vm-cfg/x".into(),
             fault,
-        };
-        let refused = agent(AgentFault::Refused("bad".into()));
+        }
+    }
+
+    #[test]
+    fn codes_follow_the_cause() {
+        let refused = agent(AgentFault::Refused(Malformed::Absent {
+            what: "VMI x".into(),
+        }));
         assert_eq!(refused.code(), code::DECODE);
         assert!(!refused.is_transient());
         let lost = agent(AgentFault::Transport("timeout".into()));
@@ -226,15 +435,32 @@ mod tests {
             lost.to_string(),
             "vRouter agent at http://127.0.0.1:9091 did not answer GET /vm-cfg/x: timeout"
         );
-        let rolled = Error::RolledBack {
-            error: Box::new(Error::Interface("net1 exists".into())),
-            also: vec![Error::Internal("x".into())],
+        let name_taken = || {
+            Error::Interface(Conflict::NameTaken {
+                name: "net1".into(),
+                netns: "/run/netns/x".into(),
+            })
         };
+        let rolled = Error::several(vec![name_taken(), Error::Internal], During::Rollback);
+        let rolled = rolled.unwrap_err();
         assert_eq!(rolled.code(), code::INTERFACE);
-        assert_eq!(
-            rolled.to_string(),
-            "net1 exists; rolling back also failed: x"
+        assert!(matches!(&rolled, Error::Several { first, also, .. }
+            if matches!(**first, Error::Interface(Conflict::NameTaken { .. })) && also.len() == 1));
+        assert!(
+            rolled
+                .to_string()
+                .contains("; rolling back also failed: internal error")
         );
+        assert!(matches!(
+            Error::several(vec![name_taken()], During::NodeWide),
+            Err(Error::Interface(_))
+        ));
+        assert!(Error::several(Vec::new(), During::NodeWide).is_ok());
+        let pod = Error::Pod {
+            vm_name: "k8s__a__b".into(),
+            source: Box::new(lost),
+        };
+        assert_eq!(pod.code(), code::TRY_AGAIN_LATER);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::agent::Agent;
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::netlink::{Netns, Socket};
-use crate::state::{Record, StateDir};
+use crate::state::{Record, StateDir, Then};
 use crate::vmi::Mac;
 
 /// Show this node's attachments, joined with the pods' namespaces, the host and the agent.
@@ -26,7 +26,7 @@ pub struct Options {
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub pod: String,
     pub sandbox: String,
     pub ifname: String,
@@ -42,7 +42,7 @@ pub struct Row {
 
 /// What the agent says of a VMI.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentView {
+pub(crate) enum AgentView {
     Registered(String),
     /// 404: not registered, or registered without IPAM; either way no IP configuration.
     NoIpConfig,
@@ -51,7 +51,7 @@ pub enum AgentView {
 
 /// What was observed for one record; [`health`] turns it into a verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub netns_exists: bool,
     pub container_if: bool,
     pub host_if: bool,
@@ -60,7 +60,7 @@ pub struct Observed {
 
 /// A verdict: on an attachment, or on something no attachment explains.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finding {
+pub(crate) enum Finding {
     Ok,
     StaleSandbox,
     InterfaceMissing,
@@ -69,6 +69,8 @@ pub enum Finding {
     AgentUnreachable,
     EmptyPodDirectory,
     DeregistrationPending,
+    /// An attachment whose ADD failed: it keeps its VMI, without an interface.
+    Failed,
     TempFile(String),
     Unreadable(String),
     /// Registered with the agent (for pod vm-uuid) without a state file.
@@ -79,7 +81,7 @@ pub enum Finding {
 }
 
 impl Finding {
-    pub fn health(&self) -> String {
+    pub(crate) fn health(&self) -> String {
         match self {
             Finding::Ok => "ok".into(),
             Finding::StaleSandbox => "stale sandbox".into(),
@@ -89,6 +91,7 @@ impl Finding {
             Finding::AgentUnreachable => "agent unreachable".into(),
             Finding::EmptyPodDirectory => "empty pod directory".into(),
             Finding::DeregistrationPending => "deregistration pending".into(),
+            Finding::Failed => "ADD failed: holds its VMI, no interface".into(),
             Finding::TempFile(name) => format!("temp file left by a killed call: {name}"),
             Finding::Unreadable(why) => format!("unreadable state file: {why}"),
             Finding::RegisteredWithoutState(_) => {
@@ -100,7 +103,7 @@ impl Finding {
         }
     }
 
-    pub fn fix(&self) -> String {
+    pub(crate) fn fix(&self) -> String {
         match self {
             Finding::Ok => "-".into(),
             Finding::StaleSandbox => "GC releases it (the sandbox's DEL never came)".into(),
@@ -117,6 +120,11 @@ impl Finding {
             Finding::DeregistrationPending => {
                 "the next call for the pod, or GC, retries it once the agent answers".into()
             }
+            Finding::Failed => {
+                "the runtime retries the ADD (it gets this VMI) or DELs it; GC releases it once \
+                 the sandbox is gone"
+                    .into()
+            }
             Finding::Unreadable(_) => {
                 "left alone: look at it, and remove it if no pod needs it".into()
             }
@@ -131,7 +139,7 @@ impl Finding {
 }
 
 /// The most important problem first: a sandbox that is gone explains everything after it.
-pub fn health(record: &Record, o: &Observed) -> Finding {
+pub(crate) fn health(record: &Record, o: &Observed) -> Finding {
     match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
         (false, _, _) => Finding::StaleSandbox,
         (_, false, _) => Finding::InterfaceMissing,
@@ -213,6 +221,22 @@ fn orphans(records: &[Record]) -> Vec<String> {
     names
 }
 
+/// A row about an attachment (or a failed attachment's reservation).
+fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>) -> Row {
+    Row {
+        pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
+        sandbox: r.container_id.chars().take(12).collect(),
+        ifname: r.ifname.clone(),
+        network: r.network.clone(),
+        vmi: r.vmi_uuid.clone(),
+        host: r.host_ifname.clone(),
+        mac,
+        addresses,
+        health: finding.health(),
+        fix: finding.fix(),
+    }
+}
+
 /// A row about something that no attachment explains.
 fn debris(pod: &str, finding: &Finding) -> Row {
     Row {
@@ -223,7 +247,7 @@ fn debris(pod: &str, finding: &Finding) -> Row {
     }
 }
 
-pub fn rows(conf: &Contrail) -> Result<Vec<Row>> {
+pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
@@ -233,13 +257,27 @@ pub fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             let files = state
                 .read_pod(&vm_name)
                 .map_err(Error::io("reading", &dir.join(&vm_name)))?;
-            let (mut found, bad) = files.records;
-            let empty = found.is_empty() && bad.is_empty() && files.temps.is_empty();
-            if empty && files.resync.is_none() && files.others.is_empty() {
+            let empty = files.records.is_empty()
+                && files.unreadable.is_empty()
+                && files.reserved.is_empty()
+                && files.pending.is_empty()
+                && files.temps.is_empty()
+                && files.others.is_empty()
+                && files.legacy_resync.is_none();
+            if empty {
                 rows.push(debris(&vm_name, &Finding::EmptyPodDirectory));
             }
-            if files.resync.is_some() {
+            if files.legacy_resync.is_some() {
                 rows.push(debris(&vm_name, &Finding::DeregistrationPending));
+            }
+            for p in files.pending.iter().filter(|p| p.then == Then::Gone) {
+                rows.push(Row {
+                    vmi: p.vmi_uuid.clone(),
+                    ..debris(&vm_name, &Finding::DeregistrationPending)
+                });
+            }
+            for r in &files.reserved {
+                rows.push(attachment(r, &Finding::Failed, r.mac.clone(), Vec::new()));
             }
             for t in files.temps {
                 rows.push(debris(&vm_name, &Finding::TempFile(t)));
@@ -247,12 +285,13 @@ pub fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             for name in files.others {
                 rows.push(debris(&format!("{vm_name}/{name}"), &Finding::NotOurs));
             }
-            for u in bad {
+            for u in files.unreadable {
                 rows.push(Row {
                     vmi: u.vmi_uuid,
                     ..debris(&vm_name, &Finding::Unreadable(u.why))
                 });
             }
+            let mut found = files.records;
             rows.extend(stray_registrations(&agent, conf, &vm_name, &found));
             records.append(&mut found);
         }
@@ -269,19 +308,7 @@ pub fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let mut host = Socket::host()?;
     for r in &records {
         let (o, mac, addresses) = observe(&mut host, &agent, conf, r);
-        let finding = health(r, &o);
-        rows.push(Row {
-            pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
-            sandbox: r.container_id.chars().take(12).collect(),
-            ifname: r.ifname.clone(),
-            network: r.network.clone(),
-            vmi: r.vmi_uuid.clone(),
-            host: r.host_ifname.clone(),
-            mac,
-            addresses,
-            health: finding.health(),
-            fix: finding.fix(),
-        });
+        rows.push(attachment(r, &health(r, &o), mac, addresses));
     }
     for host in orphans(&records) {
         rows.push(Row {
@@ -336,7 +363,7 @@ impl Default for Row {
 }
 
 /// A plain table: one header line, one line per row, columns as wide as their widest cell.
-pub fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[Row]) -> String {
     let header = [
         "POD",
         "SANDBOX",
@@ -392,7 +419,10 @@ pub fn run(opts: &Options) -> Result<String> {
     let conf = load(opts.config.as_deref())?;
     let rows = rows(&conf)?;
     Ok(if opts.json {
-        serde_json::to_string_pretty(&rows).map_err(|e| Error::Internal(e.to_string()))?
+        serde_json::to_string_pretty(&rows).map_err(|e| Error::Io {
+            what: "formatting the report as JSON".into(),
+            source: std::io::Error::other(e),
+        })?
     } else {
         table(&rows)
     })
@@ -449,30 +479,37 @@ mod tests {
 
     #[test]
     fn every_problem_says_what_to_do() {
+        // Each finding's fix names the action (or who takes it), never an empty promise.
         let all = [
-            Finding::StaleSandbox,
-            Finding::InterfaceMissing,
-            Finding::NoIpConfig,
-            Finding::RegisteredAs("tapx".into()),
-            Finding::AgentUnreachable,
-            Finding::EmptyPodDirectory,
-            Finding::DeregistrationPending,
-            Finding::TempFile(".x.tmp".into()),
-            Finding::Unreadable("not a regular file".into()),
-            Finding::RegisteredWithoutState("vm".into()),
-            Finding::NotOurs,
-            Finding::StaleLock,
-            Finding::OrphanHostLink("tapx".into()),
+            (Finding::StaleSandbox, "GC releases it"),
+            (Finding::InterfaceMissing, "delete the pod"),
+            (Finding::NoIpConfig, "check the VMI and its IPAM"),
+            (Finding::RegisteredAs("tapx".into()), "delete the pod"),
+            (Finding::AgentUnreachable, "check the vRouter agent"),
+            (Finding::EmptyPodDirectory, "or GC, removes it"),
+            (
+                Finding::DeregistrationPending,
+                "retries it once the agent answers",
+            ),
+            (Finding::Failed, "retries the ADD"),
+            (Finding::TempFile(".x.tmp".into()), "or GC, removes it"),
+            (
+                Finding::Unreadable("a FIFO".into()),
+                "remove it if no pod needs it",
+            ),
+            (
+                Finding::RegisteredWithoutState("u".into()),
+                "DELETE /vm/u on the agent",
+            ),
+            (Finding::NotOurs, "remove it if nothing needs it"),
+            (Finding::StaleLock, "GC removes it"),
+            (Finding::OrphanHostLink("tapx".into()), "ip link del tapx"),
         ];
-        for f in all {
-            assert!(f.health() != "ok" && f.fix().len() > 10, "{f:?}");
+        for (f, words) in all {
+            assert_ne!(f.health(), "ok", "{f:?}");
+            assert!(f.fix().contains(words), "{f:?}: {}", f.fix());
         }
         assert_eq!(Finding::Ok.fix(), "-");
-        assert!(
-            Finding::RegisteredWithoutState("u".into())
-                .fix()
-                .contains("DELETE /vm/u")
-        );
     }
 
     #[test]

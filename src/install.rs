@@ -1,14 +1,14 @@
 //! `contrail-k8s-cni install`: puts this binary and the node-wide config in place, as the
 //! DaemonSet's init container does on every node.
 
-use std::fs::{self, Metadata, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{self, Metadata};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::files::{self, Sync};
 
 const BINARY: &str = "contrail-k8s-cni";
 
@@ -36,31 +36,18 @@ pub struct Options {
     pub sweep_grace: u64,
 }
 
-/// Writes `bytes` to `dest` atomically: a temp file beside it, fsync, rename. A kubelet that
-/// runs the plugin meanwhile executes either the old file or the new one, never half of one,
-/// and replacing a binary that is running never fails with "text file busy".
+/// Writes `bytes` to `dest` atomically and durably (see [`files::write_atomic`]): a kubelet
+/// that runs the plugin meanwhile executes either the old file or the new one, never half of
+/// one, and replacing a binary that is running never fails with "text file busy".
 fn put(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let dir = dest
-        .parent()
-        .ok_or_else(|| Error::config(dest.display(), "has no parent directory"))?;
-    fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
-    let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, dest)
+    let (dir, name) = match (dest.parent(), dest.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => return Err(Error::config(dest.display(), "is not a file's path")),
     };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io("installing", dest)(e)
-    })
+    fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
+    files::open_dir(dir)
+        .and_then(|d| files::write_atomic(&d, name, bytes, mode, Sync::Yes))
+        .map_err(Error::io("installing", dest))
 }
 
 /// Installs; the message is for the operator's terminal. With `--watch`, then keeps running.

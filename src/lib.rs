@@ -5,28 +5,35 @@
 //! their domain; the decisions in `cni`, `config`, `pod` and `vmi` are pure, the effects live
 //! in `agent` (HTTP), `state` (files) and `netlink`, and `attach` runs the steps.
 
-pub mod agent;
-pub mod attach;
+mod add;
+mod agent;
+mod call;
+mod check;
 pub mod cni;
 pub mod config;
-pub mod crash;
+mod crash;
+mod del;
 pub mod error;
-pub mod files;
+mod files;
 pub mod inspect;
 pub mod install;
-pub mod logging;
-pub mod metrics;
+mod interface;
+mod links;
+mod logging;
+mod metrics;
+pub mod names;
 pub mod netlink;
-pub mod node;
+mod node;
 pub mod pod;
-pub mod state;
+mod state;
+mod teardown;
 pub mod vmi;
 
 use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::attach::Call;
+use crate::call::Call;
 use crate::cni::{Command, Env};
 pub use crate::error::{Error, Result};
 
@@ -98,18 +105,22 @@ pub fn run(
     stdin: Result<Vec<u8>>,
     version: &mut String,
 ) -> Result<Option<Value>> {
-    if let Ok(env) = &env
-        && env.command == Command::Version
-    {
-        // Probes (podman, libcni) may send an empty or partial config: answer regardless.
-        let stdin = stdin.unwrap_or_default();
-        let requested = serde_json::from_slice::<Value>(&stdin).ok();
-        let requested = requested
-            .as_ref()
-            .and_then(|v| v.get("cniVersion"))
-            .and_then(Value::as_str);
-        return Ok(Some(cni::version_info(requested)));
-    }
+    let env = match env {
+        Ok(e) => match Op::of(e.command) {
+            Some(op) => Ok((e, op)),
+            None => {
+                // Probes (podman, libcni) may send an empty or partial config: answer regardless.
+                let stdin = stdin.unwrap_or_default();
+                let requested = serde_json::from_slice::<Value>(&stdin).ok();
+                let requested = requested
+                    .as_ref()
+                    .and_then(|v| v.get("cniVersion"))
+                    .and_then(Value::as_str);
+                return Ok(Some(cni::version_info(requested)));
+            }
+        },
+        Err(e) => Err(e),
+    };
     let started = Instant::now();
     // The node's settings first: they alone say where the log goes, so that nothing the caller
     // sends can keep a call out of it.
@@ -120,11 +131,11 @@ pub fn run(
         Err(_) => config::Contrail::default(),
     };
     logging::init(contrail.log_file.as_deref(), contrail.log_level);
-    let mut line = Line::new(env.as_ref().ok());
+    let mut line = Line::new(env.as_ref().ok().map(|(e, _)| e));
     // A metrics label: a known command, never the caller's bytes.
-    let command = env.as_ref().map_or("invalid", |e| e.command.as_str());
+    let command = env.as_ref().map_or("invalid", |(e, _)| e.command.as_str());
     let result = node.and_then(|node| {
-        let (env, stdin) = (env?, stdin?);
+        let ((env, op), stdin) = (env?, stdin?);
         for w in &node.warnings {
             log::warn!("{w}");
         }
@@ -152,7 +163,7 @@ pub fn run(
             pod: pod.as_ref(),
             vmis: Vec::new(),
         };
-        let result = dispatch(&mut call);
+        let result = dispatch(&mut call, op);
         if !call.vmis.is_empty() {
             line.vmis = call.vmis.join(",");
         }
@@ -177,20 +188,44 @@ pub fn run(
     result
 }
 
-fn dispatch(call: &mut Call) -> Result<Option<Value>> {
+/// Runs the call's command. VERSION never gets here: [`run`] answers it before any config is
+/// read, so it is not a case.
+fn dispatch(call: &mut Call, op: Op) -> Result<Option<Value>> {
     let conf = call.conf;
-    match call.env.command {
-        Command::Add => {
-            let result = attach::add(call)?.to_json(conf.cni_version);
+    match op {
+        Op::Add => {
+            let result = add::add(call)?.to_json(conf.cni_version);
             Ok(Some(match &conf.prev_result {
                 Some(prev) => cni::chain(prev, result, conf.cni_version),
                 None => result,
             }))
         }
-        Command::Del => attach::del(call).map(|()| None),
-        Command::Check => attach::check(call).map(|()| None),
-        Command::Gc => node::gc(conf).map(|()| None),
-        Command::Status => node::status(conf).map(|()| None),
-        Command::Version => Ok(Some(cni::version_info(Some(conf.cni_version.as_str())))),
+        Op::Del => del::del(call).map(|()| None),
+        Op::Check => check::check(call).map(|()| None),
+        Op::Gc => node::gc(conf).map(|()| None),
+        Op::Status => node::status(conf).map(|()| None),
+    }
+}
+
+/// The commands that act on the node: all but VERSION.
+#[derive(Clone, Copy)]
+enum Op {
+    Add,
+    Del,
+    Check,
+    Gc,
+    Status,
+}
+
+impl Op {
+    fn of(command: Command) -> Option<Op> {
+        Some(match command {
+            Command::Add => Op::Add,
+            Command::Del => Op::Del,
+            Command::Check => Op::Check,
+            Command::Gc => Op::Gc,
+            Command::Status => Op::Status,
+            Command::Version => return None,
+        })
     }
 }

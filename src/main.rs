@@ -43,11 +43,7 @@ fn cni_call() -> ExitCode {
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         contrail_k8s_cni::run(Env::from_process(), read_stdin(), &mut version)
     }))
-    .unwrap_or_else(|_| {
-        Err(Error::Internal(
-            "internal error in contrail-k8s-cni; see its log".into(),
-        ))
-    });
+    .unwrap_or(Err(Error::Internal));
     let (out, status) = match result {
         Ok(v) => (v, ExitCode::SUCCESS),
         Err(e) => (Some(e.to_json(&version)), ExitCode::FAILURE),

@@ -141,7 +141,6 @@ fn switch_back(home: &File) -> Result<(), Error> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {
     pub index: u32,
-    pub name: String,
     pub mac: Option<[u8; 6]>,
     pub mtu: u32,
     /// Administratively up (`IFF_UP`), not carrier.
@@ -285,11 +284,10 @@ impl Socket {
         }
     }
 
-    /// Create a veth pair: `host` end in this socket's netns, `peer` end created directly
-    /// inside `ns` (its link message carries `IFLA_NET_NS_FD`, name, MAC and MTU), so the
-    /// container side never exists under its name on the host, where it could clash with a
-    /// host link. Neither end is set up here.
-    /// Creates a veth, the host end up, the peer (down) directly in `ns`.
+    /// Creates a veth pair: the `host` end in this socket's netns, up; the `peer` end (down)
+    /// created directly inside `ns` (its link message carries `IFLA_NET_NS_FD`, name, MAC and
+    /// MTU), so the container side never exists under its name on the host, where it could
+    /// clash with a host link.
     pub fn create_veth(&mut self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
         let op = || format!("create veth {}/{}", host.name, peer.name);
         for name in [host.name, peer.name] {
@@ -350,7 +348,7 @@ impl Socket {
     /// not be deleted with why. The kernel makes every deletion wait for an RCU grace period
     /// (~20 ms): several links are put in a netdev group of their own and deleted with one
     /// request, which waits once for all of them.
-    pub fn delete_links(&mut self, names: &[&str]) -> Vec<(String, Error)> {
+    pub(crate) fn delete_links(&mut self, names: &[&str]) -> Vec<(String, Error)> {
         let group = match names {
             [] => return Vec::new(),
             [_] => None,
@@ -463,7 +461,7 @@ impl Socket {
     /// Like [`Socket::add_route`], but a route to the same destination on another interface
     /// is kept beside this one (`NLM_F_APPEND`, as the kernel adds connected routes); only the
     /// same route twice is EEXIST.
-    pub fn append_route(&mut self, route: &Route) -> Result<(), Error> {
+    pub(crate) fn append_route(&mut self, route: &Route) -> Result<(), Error> {
         self.new_route("append", route, NLM_F_APPEND)
     }
 
@@ -591,7 +589,6 @@ fn valid_ifname(name: &str) -> bool {
 fn link_from(message: LinkMessage) -> Link {
     let mut link = Link {
         index: message.header.index,
-        name: String::new(),
         mac: None,
         mtu: 0,
         up: message.header.flags.contains(LinkFlags::Up),
@@ -599,7 +596,6 @@ fn link_from(message: LinkMessage) -> Link {
     };
     for attribute in message.attributes {
         match attribute {
-            LinkAttribute::IfName(name) => link.name = name,
             LinkAttribute::LinkInfo(info) => {
                 link.kind = info.into_iter().find_map(|i| match i {
                     LinkInfo::Kind(kind) => Some(kind.to_string()),
@@ -675,16 +671,16 @@ pub struct Error {
 }
 
 impl Error {
-    pub fn errno(&self) -> Option<i32> {
+    pub(crate) fn errno(&self) -> Option<i32> {
         self.source.raw_os_error()
     }
 
-    pub fn is_exists(&self) -> bool {
+    pub(crate) fn is_exists(&self) -> bool {
         self.errno() == Some(libc::EEXIST)
     }
 
     /// No such link (ENODEV), route (ESRCH) or other object (ENOENT).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(
             self.errno(),
             Some(libc::ENODEV | libc::ESRCH | libc::ENOENT)

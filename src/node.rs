@@ -7,14 +7,16 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
-use crate::attach;
+use crate::call::scope;
 use crate::config::{Contrail, NetConf};
-use crate::error::{Error, Result};
+use crate::error::{During, Error, Result};
+use crate::links::Links;
 use crate::state::{Record, STATE_VERSION, StateDir};
+use crate::teardown;
 
-/// GC: finishes every pending resync and removes what killed calls left (temp files, empty
-/// pod directories, lock files), then releases every attachment this plugin made whose
-/// container is not among the valid attachments. A container that appears there with any
+/// GC: finishes what is pending and removes what killed calls left (temp files, empty pod
+/// directories, lock files), then releases every attachment (and reservation) this plugin made
+/// whose container is not among the valid attachments. A container that appears there with any
 /// interface is alive: Multus forwards GC only to the cluster network, so the list names eth0
 /// alone and the pod's other attachments must survive it. State files this plugin did not
 /// write are left alone. Keeps going after errors and reports them at the end.
@@ -60,96 +62,98 @@ fn netns_gone(path: &str) -> bool {
         && matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
 }
 
-/// Finishes every pending resync and removes what killed calls left, then releases the
-/// attachments (of this version's state files) that `picked` picks, skipping any a call is
-/// working on. Keeps going after errors and reports them at the end.
+/// Finishes what is pending in every pod and removes what killed calls left, then releases the
+/// attachments and reservations (of this version's state files) that `picked` picks, skipping
+/// any a call is working on. Keeps going after errors and reports them all at the end.
 fn release_where(conf: &Contrail, who: &str, picked: impl Fn(&Record) -> bool) -> Result<()> {
     let dir = &conf.config_dir;
     let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
         return Ok(());
     };
     let agent = Agent::new(conf);
+    let mut links = Links::new(conf)?;
     let (mut released, mut failed) = (0, Vec::new());
     for vm_name in state.pods().map_err(Error::io("reading", dir))? {
-        // A pod a call is working on is skipped: this never waits for a slow call, and that
-        // call, or the next pass, finishes what is pending.
-        let locked = state
-            .try_lock_pod(&vm_name)
-            .map_err(Error::io("locking pod state in", &dir.join(&vm_name)));
-        let pod = match locked {
-            Ok(Some(pod)) => pod,
-            Ok(None) => {
-                log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
-                continue;
-            }
-            Err(e) => {
-                log::warn!("{who} of pod {vm_name}: {e}");
-                failed.push(format!("{vm_name}: {e}"));
-                continue;
-            }
-        };
-        let result = attach::settle_pending(&agent, pod).and_then(|mut pod| {
-            let (records, _) = pod.records().map_err(Error::io("reading", pod.path()))?;
-            let mut locks = Vec::new();
-            let mut stale = Vec::new();
-            for r in records {
-                if r.state_version != STATE_VERSION || !picked(&r) {
-                    continue;
-                }
-                // A call on the attachment is running: it is not stale, or that call ends it.
-                let key = (
-                    r.container_id.clone(),
-                    attach::scope(conf.mode, &r.ifname)
-                        .unwrap_or("")
-                        .to_string(),
-                );
-                if !locks.iter().any(|(k, _)| *k == key) {
-                    let lock = state
-                        .try_lock_attachment(&vm_name, &key.0, &key.1)
-                        .map_err(Error::io("locking an attachment in", dir))?;
-                    let Some(lock) = lock else { continue };
-                    locks.push((key, lock));
-                }
-                stale.push(r);
-            }
-            for r in &stale {
-                log::info!(
-                    "{who}: releasing {} of sandbox {} in pod {vm_name}",
-                    r.ifname,
-                    r.container_id
-                );
-            }
-            let dropped = attach::drop_attachments(&agent, &mut pod, &stale);
-            attach::close(pod)?;
-            for (_, lock) in locks {
-                if let Err(e) = lock.remove() {
-                    log::warn!("{who}: removing an attachment's lock: {e}");
-                }
-            }
-            dropped.map(|()| stale.len())
-        });
+        let result = release_in(conf, who, &picked, &agent, &mut links, &state, &vm_name);
         match result {
             Ok(n) => released += n,
             Err(e) => {
                 log::warn!("{who} of pod {vm_name}: {e}");
-                failed.push(format!("{vm_name}: {e}"));
+                failed.push(Error::Pod {
+                    vm_name,
+                    source: Box::new(e),
+                });
             }
         }
     }
     match state.sweep_locks() {
         Ok(swept) if !swept.is_empty() => log::info!("{who} removed stale locks {swept:?}"),
         Ok(_) => {}
-        Err(e) => failed.push(format!("locks: {e}")),
+        Err(e) => failed.push(Error::io("sweeping locks in", dir)(e)),
     }
     log::info!("{who} released {released} attachment(s)");
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Io {
-            what: format!("{who} released {released} attachment(s) but failed for"),
-            source: std::io::Error::other(failed.join("; ")),
-        })
+    Error::several(failed, During::NodeWide)
+}
+
+/// [`release_where`] in one pod: how many attachments it released.
+fn release_in(
+    conf: &Contrail,
+    who: &str,
+    picked: &impl Fn(&Record) -> bool,
+    agent: &Agent,
+    links: &mut Links,
+    state: &StateDir,
+    vm_name: &str,
+) -> Result<usize> {
+    // A pod a call is working on is skipped: this never waits for a slow call, and that call,
+    // or the next pass, finishes what is pending.
+    let Some(mut pod) = teardown::try_open(agent, state, vm_name)? else {
+        log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
+        return Ok(0);
+    };
+    let files = pod.files().map_err(Error::io("reading", pod.path()))?;
+    let mut locks = Vec::new();
+    let (mut records, mut reserved) = (Vec::new(), Vec::new());
+    let candidates = files
+        .records
+        .into_iter()
+        .map(|r| (r, false))
+        .chain(files.reserved.into_iter().map(|r| (r, true)));
+    for (r, is_reserved) in candidates {
+        if r.state_version != STATE_VERSION || !picked(&r) {
+            continue;
+        }
+        // A call on the attachment is running: it is not stale, or that call ends it.
+        let key = (
+            r.container_id.clone(),
+            scope(conf.mode, &r.ifname).unwrap_or("").to_string(),
+        );
+        if !locks.iter().any(|(k, _)| *k == key) {
+            let lock = state
+                .try_lock_attachment(vm_name, &key.0, &key.1)
+                .map_err(Error::io("locking an attachment in", state.path()))?;
+            let Some(lock) = lock else { continue };
+            locks.push((key, lock));
+        }
+        log::info!(
+            "{who}: releasing {} of sandbox {} in pod {vm_name}",
+            r.ifname,
+            r.container_id
+        );
+        if is_reserved {
+            reserved.push(r);
+        } else {
+            records.push(r);
+        }
     }
+    let removed = teardown::remove(agent, links, &mut pod, &records, &reserved);
+    teardown::close(pod)?;
+    for (_, lock) in locks {
+        if let Err(e) = lock.remove() {
+            log::warn!("{who}: removing an attachment's lock: {e}");
+        }
+    }
+    removed.map(|()| records.len() + reserved.len())
 }
 
 /// STATUS: ready when the agent answers.

@@ -1,7 +1,16 @@
-//! Local state: one file per attachment in `config-dir/<vm-name>/<vmi-uuid>`, in the agent's
-//! POST /vm body format so the agent can re-register it on restart; a marker for a pod whose
-//! registrations with the agent are not yet in line with its files; and the locks, in
-//! `config-dir/.locks/`, so that a lock never keeps a pod's directory alive.
+//! Local state, in `config-dir/<vm-name>/`, one file per VMI a pod's attachment holds, in one of
+//! three kinds (only the first is a port file the agent reloads on restart: it takes names that
+//! start with a uuid, never a dot):
+//! - `<vmi-uuid>`: an attachment, in the agent's POST /vm body format;
+//! - `.<vmi-uuid>.reserved`: the claim of an attachment whose ADD failed: no interface, no
+//!   registration; the attachment's retry takes it, its DEL (or the sandbox's replacement, or GC)
+//!   drops it, and no other attachment takes its VMI;
+//! - `.<vmi-uuid>.release` / `.<vmi-uuid>.reserve`: an attachment's file renamed when it is
+//!   released, while the agent may still hold its registration; once the agent dropped it, the
+//!   first goes and the second becomes `.reserved`. A rename needs no new space, so a DEL works
+//!   on a full disk (`teardown` owns the order).
+//!
+//! Locks live in `config-dir/.locks/`, so that a lock never keeps a pod's directory alive.
 //!
 //! The directory is trusted no further than needed: everything below `config-dir` is opened
 //! relative to it without following symlinks; a state file must be a regular file of at most
@@ -23,15 +32,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::cni::valid_name;
 use crate::files::{self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at};
+use crate::names::attachment_lock;
 use crate::vmi::{Claim, valid_uuid};
 
 /// Written into every state file, so a later format can tell ours apart.
 pub const STATE_VERSION: &str = "1";
 /// The locks' directory, in `config-dir`.
 const LOCKS: &str = ".locks";
-/// Present while the agent may hold registrations of the pod that its files no longer
-/// explain (a released attachment not yet deregistered); holds the pod's vm-uuid.
-const RESYNC: &str = ".resync";
+/// Version 0.1.0's marker of a pending deregistration (a file holding the pod's vm-uuid); read
+/// so that one an upgrade finds is finished.
+const LEGACY_RESYNC: &str = ".resync";
 /// A state file is a few hundred bytes: anything larger is not one.
 pub const MAX_FILE: u64 = 64 * 1024;
 
@@ -102,6 +112,12 @@ impl Record {
 
     pub fn is(&self, container_id: &str, ifname: &str) -> bool {
         self.container_id == container_id && self.ifname == ifname
+    }
+
+    /// The registration body: the record itself (the agent ignores the keys it does not know).
+    pub fn port(&self) -> serde_json::Value {
+        // Cannot fail: every field is a string or a bool.
+        serde_json::to_value(self).unwrap_or_default()
     }
 }
 
@@ -197,10 +213,10 @@ impl StateDir {
     /// when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod, unlocked.
     pub fn find_pod(&self, container_id: &str, ifname: Option<&str>) -> io::Result<Option<String>> {
         for vm_name in self.pods()? {
-            let (records, _) = self.read_pod(&vm_name)?.records;
+            let files = self.read_pod(&vm_name)?;
             let ours =
                 |r: &Record| r.container_id == container_id && ifname.is_none_or(|i| r.ifname == i);
-            if records.iter().any(ours) {
+            if files.records.iter().chain(&files.reserved).any(ours) {
                 return Ok(Some(vm_name));
             }
         }
@@ -214,8 +230,12 @@ impl StateDir {
             if pod == vm_name {
                 continue;
             }
-            let (records, _) = self.read_pod(&pod)?.records;
-            if records.iter().any(|r| r.host_ifname == host_ifname) {
+            if self
+                .read_pod(&pod)?
+                .records
+                .iter()
+                .any(|r| r.host_ifname == host_ifname)
+            {
                 return Ok(Some(pod));
             }
         }
@@ -379,17 +399,6 @@ impl StateDir {
     }
 }
 
-/// An attachment's lock name. FNV-1a names the pair in a few characters; a collision only
-/// makes two calls wait for each other.
-fn attachment_lock(vm_name: &str, container_id: &str, ifname: &str) -> String {
-    let h = format!("{container_id}\0{ifname}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("{vm_name}@{h:016x}")
-}
-
 /// The file that asks the holder of a lock to stop; swept like a stale lock when left.
 fn stop_marker(lock: &str) -> String {
     format!("{lock}.stop")
@@ -430,12 +439,54 @@ fn open_pod_dir(root: &OwnedFd, vm_name: &str) -> io::Result<Option<OwnedFd>> {
     }
 }
 
+/// What a released record becomes once the agent no longer has its registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing: the file goes (`.release`).
+    Gone,
+    /// The attachment's reservation (`.reserve`, then `.reserved`).
+    Reserved,
+}
+
+impl Then {
+    fn suffix(self) -> &'static str {
+        match self {
+            Then::Gone => "release",
+            Then::Reserved => "reserve",
+        }
+    }
+}
+
+const RESERVED: &str = "reserved";
+
+/// `.<vmi-uuid>.<suffix>`: hidden from the agent's reload, which takes names starting with a
+/// uuid.
+fn dotted(vmi_uuid: &str, suffix: &str) -> String {
+    format!(".{vmi_uuid}.{suffix}")
+}
+
+/// A released record whose deregistration is pending.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub vmi_uuid: String,
+    pub then: Then,
+    /// `None` when the file cannot be read (torn by a power loss).
+    pub record: Option<Record>,
+}
+
 /// What a pod's directory holds.
+#[derive(Default)]
 pub struct PodFiles {
-    /// The state files that could be read, and the ones that could not.
-    pub records: (Vec<Record>, Vec<Unreadable>),
-    /// The pod's vm-uuid when a resync is pending.
-    pub resync: Option<String>,
+    /// The attachments of the pod, of any sandbox.
+    pub records: Vec<Record>,
+    /// Attachment files that could not be read.
+    pub unreadable: Vec<Unreadable>,
+    /// Failed attachments' claims (`.reserved`, and `.reserve` still pending).
+    pub reserved: Vec<Record>,
+    /// Released records whose deregistration is pending.
+    pub pending: Vec<Pending>,
+    /// A pending deregistration version 0.1.0 recorded: the pod's vm-uuid.
+    pub legacy_resync: Option<String>,
     /// Temp files a killed writer left.
     pub temps: Vec<String>,
     /// Names that are none of the above: not this plugin's, left alone.
@@ -445,27 +496,36 @@ pub struct PodFiles {
 impl PodFiles {
     fn read(dir: Option<&OwnedFd>, path: &Path) -> io::Result<PodFiles> {
         let mut files = PodFiles {
-            records: (Vec::new(), Vec::new()),
-            resync: None,
+            records: Vec::new(),
+            unreadable: Vec::new(),
+            reserved: Vec::new(),
+            pending: Vec::new(),
+            legacy_resync: None,
             temps: Vec::new(),
             others: Vec::new(),
         };
         let Some(dir) = dir else {
             return Ok(files);
         };
+        let read = |name: &str, vmi: &str| {
+            let bytes = files::read_bounded(dir, name, MAX_FILE).map_err(|e| e.to_string());
+            let record = bytes
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(|b| parse_record(b, vmi));
+            (bytes, record)
+        };
         for (name, _) in entries(dir)? {
             if is_temp(&name) {
                 files.temps.push(name);
-            } else if name == RESYNC {
-                let bytes = files::read_bounded(dir, RESYNC, MAX_FILE).unwrap_or_default();
+            } else if name == LEGACY_RESYNC {
+                let bytes = files::read_bounded(dir, LEGACY_RESYNC, MAX_FILE).unwrap_or_default();
                 let vm = String::from_utf8_lossy(&bytes).trim().to_string();
-                files.resync = valid_uuid(&vm).then_some(vm);
+                files.legacy_resync = valid_uuid(&vm).then_some(vm);
             } else if valid_uuid(&name) {
-                let bytes = files::read_bounded(dir, &name, MAX_FILE).map_err(|e| e.to_string());
-                let parsed = bytes.as_deref().map_err(Clone::clone);
-                match parsed.and_then(|b| parse_record(b, &name)) {
-                    Ok(r) => files.records.0.push(r),
-                    Err(why) => files.records.1.push(Unreadable {
+                match read(&name, &name) {
+                    (_, Ok(r)) => files.records.push(r),
+                    (bytes, Err(why)) => files.unreadable.push(Unreadable {
                         path: path.join(&name),
                         port: bytes
                             .ok()
@@ -475,14 +535,57 @@ impl PodFiles {
                         why,
                     }),
                 }
+            } else if let Some((vmi, suffix)) = name
+                .strip_prefix('.')
+                .and_then(|n| n.split_once('.'))
+                .filter(|(vmi, _)| valid_uuid(vmi))
+            {
+                let record = read(&name, vmi).1.ok();
+                let then = match suffix {
+                    "release" => Some(Then::Gone),
+                    "reserve" => Some(Then::Reserved),
+                    RESERVED => None,
+                    _ => {
+                        files.others.push(name.clone());
+                        continue;
+                    }
+                };
+                match (then, record) {
+                    (Some(then), record) => {
+                        if let (Then::Reserved, Some(r)) = (then, &record) {
+                            files.reserved.push(r.clone());
+                        }
+                        files.pending.push(Pending {
+                            vmi_uuid: vmi.to_string(),
+                            then,
+                            record,
+                        });
+                    }
+                    (None, Some(r)) => files.reserved.push(r),
+                    // A reservation that cannot be read holds nothing: it is debris.
+                    (None, None) => files.others.push(name.clone()),
+                }
             } else {
                 files.others.push(name);
             }
         }
-        files.records.0.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
-        files.records.1.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.records.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.unreadable.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.reserved.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.pending.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
         files.others.sort();
         Ok(files)
+    }
+
+    /// Every claim on a VMI: attachments, reservations, and files that cannot be read (held by
+    /// someone unknown).
+    pub fn claims(&self) -> Vec<Claim> {
+        self.records
+            .iter()
+            .chain(&self.reserved)
+            .map(Record::claim)
+            .chain(self.unreadable.iter().map(Unreadable::claim))
+            .collect()
     }
 }
 
@@ -607,9 +710,9 @@ impl PodDir {
         &self.name
     }
 
-    /// Every UUID-named file: the attachments of this pod, of any sandbox.
-    pub fn records(&self) -> io::Result<(Vec<Record>, Vec<Unreadable>)> {
-        Ok(PodFiles::read(self.dir.as_ref(), &self.path)?.records)
+    /// What the pod's directory holds.
+    pub fn files(&self) -> io::Result<PodFiles> {
+        PodFiles::read(self.dir.as_ref(), &self.path)
     }
 
     /// The pod's directory, created (0700) on its first file.
@@ -626,53 +729,68 @@ impl PodDir {
             .ok_or_else(|| io::Error::other(format!("{} vanished", self.path.display())))
     }
 
-    /// Writes a record atomically.
+    /// Writes an attachment's record atomically, in place of a reservation of its VMI.
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        files::write_atomic(self.dir()?, &record.vmi_uuid, &body, 0o600, Sync::Yes)
+        let dir = self.dir()?;
+        files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::Yes)?;
+        for suffix in [RESERVED, Then::Reserved.suffix()] {
+            files::unlink(dir, &dotted(&record.vmi_uuid, suffix))?;
+        }
+        Ok(())
     }
 
-    /// Records that the agent's registrations for pod `vm_uuid` must be brought in line with
-    /// the files, before any file that explains a registration goes.
-    pub fn mark_resync(&mut self, vm_uuid: &str) -> io::Result<()> {
-        files::write_atomic(self.dir()?, RESYNC, vm_uuid.as_bytes(), 0o600, Sync::Yes)
+    /// Renames an attachment's file to its pending name (see [`Then`]): no new space.
+    pub fn mark_released(&self, vmi_uuid: &str, then: Then) -> io::Result<()> {
+        self.rename(vmi_uuid, &dotted(vmi_uuid, then.suffix()))
     }
 
-    /// The pod's vm-uuid when a resync is pending.
-    pub fn resync_pending(&self) -> io::Result<Option<String>> {
-        Ok(PodFiles::read(self.dir.as_ref(), &self.path)?.resync)
+    /// Removes an attachment's file at once: for one the agent never heard of.
+    pub fn remove(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.unlink(vmi_uuid)
     }
 
-    pub fn clear_resync(&self) -> io::Result<()> {
-        self.remove_file(RESYNC).map(drop)
+    /// Renames an attachment's file to a reservation at once: for one the agent never heard of.
+    pub fn reserve(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.rename(vmi_uuid, &dotted(vmi_uuid, RESERVED))
     }
 
-    /// The registration bodies of the pod's attachments, as the agent would reload them: every
-    /// record, and every unreadable file that is still a port of this VMI.
-    pub fn ports(&self) -> io::Result<Vec<serde_json::Value>> {
-        let (records, unreadable) = self.records()?;
-        let mut ports = records
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(io::Error::other)?;
-        ports.extend(unreadable.into_iter().filter_map(|u| u.port));
-        Ok(ports)
+    /// What a pending record becomes once the agent dropped its registration.
+    pub fn settled(&self, p: &Pending) -> io::Result<()> {
+        let from = dotted(&p.vmi_uuid, p.then.suffix());
+        match p.then {
+            Then::Gone => self.unlink(&from),
+            Then::Reserved => self.rename(&from, &dotted(&p.vmi_uuid, RESERVED)),
+        }
     }
 
-    /// Removes one attachment's file; `Ok(false)` when it was already gone.
-    pub fn remove(&self, vmi_uuid: &str) -> io::Result<bool> {
-        self.remove_file(vmi_uuid)
+    /// Drops a reservation: settled, it goes; pending, it becomes a pending release.
+    pub fn drop_reservation(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.unlink(&dotted(vmi_uuid, RESERVED))?;
+        let pending = dotted(vmi_uuid, Then::Reserved.suffix());
+        match self.rename(&pending, &dotted(vmi_uuid, Then::Gone.suffix())) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
     }
 
-    fn remove_file(&self, name: &str) -> io::Result<bool> {
-        let Some(dir) = &self.dir else {
-            return Ok(false);
-        };
-        match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) => Ok(true),
-            Err(Errno::ENOENT) => Ok(false),
-            Err(e) => Err(io(e)),
+    /// Removes version 0.1.0's marker once its deregistration is done.
+    pub fn clear_legacy_resync(&self) -> io::Result<()> {
+        self.unlink(LEGACY_RESYNC)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        nix::fcntl::renameat(dir, from, dir, to).map_err(io)
+    }
+
+    fn unlink(&self, name: &str) -> io::Result<()> {
+        match &self.dir {
+            Some(dir) => files::unlink(dir, name),
+            None => Ok(()),
         }
     }
 
@@ -698,7 +816,7 @@ impl PodDir {
 mod tests {
     use super::*;
     use std::fs;
-    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
     use std::time::{Duration, Instant};
 
     fn tempdir(tag: &str) -> PathBuf {
@@ -713,7 +831,7 @@ mod tests {
             container_id: container_id.into(),
             vm_uuid: "40936d96-cf0e-11e8-9892-002590aaa964".into(),
             vm_name: POD.into(),
-            host_ifname: crate::vmi::host_ifname(vmi),
+            host_ifname: crate::names::host_ifname(vmi),
             ifname: ifname.into(),
             netns: "/run/netns/x".into(),
             vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
@@ -748,12 +866,12 @@ mod tests {
         assert!(!root.join(POD).exists(), "no directory before a file");
         pod.write(&record(A, "c1", "net1")).unwrap();
         pod.write(&record(B, "c1", "net2")).unwrap();
-        let (records, bad) = pod.records().unwrap();
+        let files = pod.files().unwrap();
         assert_eq!(
-            records,
+            files.records,
             vec![record(A, "c1", "net1"), record(B, "c1", "net2")]
         );
-        assert!(bad.is_empty());
+        assert!(files.unreadable.is_empty());
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&root), 0o700);
         assert_eq!(mode(pod.path()), 0o700);
@@ -764,8 +882,9 @@ mod tests {
             serde_json::from_slice(&fs::read(pod.path().join(A)).unwrap()).unwrap();
         assert_eq!(raw["vm-id"], "c1");
         assert_eq!(raw["default-gw"], "false");
-        assert!(pod.remove(A).unwrap());
-        assert!(!pod.remove(A).unwrap());
+        pod.remove(A).unwrap();
+        pod.remove(A).unwrap();
+        assert_eq!(names(pod.path()), [B]);
         pod.close().unwrap();
         assert_eq!(names(&root.join(POD)), [B], "a pod with a file stays");
         assert_eq!(names(&root.join(LOCKS)), [POD], "and so does its lock");
@@ -817,27 +936,26 @@ mod tests {
             "author": "/usr/bin/contrail-vrouter-agent"});
         fs::write(pod.path().join(A), agent.to_string()).unwrap();
         fs::write(pod.path().join("not-a-uuid"), "x").unwrap();
-        let (records, bad) = pod.records().unwrap();
-        assert_eq!(records.len(), 2);
+        let files = pod.files().unwrap();
+        assert_eq!(files.records.len(), 2);
         assert_eq!(
-            records[0].claim(),
+            files.records[0].claim(),
             Claim {
                 vmi: A.into(),
                 container_id: Some("c0".into()),
                 ifname: "eth0".into()
             }
         );
-        assert!(bad.is_empty());
+        assert!(files.unreadable.is_empty());
         let mut future = record(B, "c1", "net1");
         future.state_version = "9".into();
         pod.write(&future).unwrap();
-        let (_, bad) = pod.records().unwrap();
+        let bad = pod.files().unwrap().unreadable;
         assert!(bad[0].why.contains("state version"), "{}", bad[0].why);
-        // Still a port the agent would reload: it stays registered.
+        // Still a port the agent would reload: it stays registered (see teardown::settle).
         assert_eq!(bad[0].port.as_ref().unwrap()["vmi-uuid"], B);
-        assert_eq!(pod.ports().unwrap().len(), 2);
         fs::write(pod.path().join(B), "{ torn").unwrap();
-        let (_, bad) = pod.records().unwrap();
+        let bad = pod.files().unwrap().unreadable;
         assert!(bad[0].port.is_none());
         drop(pod);
         assert_eq!(
@@ -892,7 +1010,7 @@ mod tests {
         let started = Instant::now();
         let files = state.read_pod(POD).unwrap();
         assert!(started.elapsed() < Duration::from_secs(1));
-        let why: Vec<&str> = files.records.1.iter().map(|u| u.why.as_str()).collect();
+        let why: Vec<&str> = files.unreadable.iter().map(|u| u.why.as_str()).collect();
         assert_eq!(
             why,
             [
@@ -904,7 +1022,7 @@ mod tests {
         fs::remove_file(dir.join(B)).unwrap();
         fs::write(dir.join(B), vec![b' '; MAX_FILE as usize + 1]).unwrap();
         let files = state.read_pod(POD).unwrap();
-        assert!(files.records.1[1].why.contains("larger than"));
+        assert!(files.unreadable[1].why.contains("larger than"));
         fs::remove_dir_all(&root).unwrap();
         fs::remove_dir_all(&outside).unwrap();
     }
@@ -920,13 +1038,94 @@ mod tests {
             let mut pod = state.lock_pod(POD).unwrap();
             pod.write(&record(A, "c2", "net1")).unwrap();
         });
-        // The holder removes the lock file while the other thread waits on it (or has not
-        // reached it yet): the waiter must lock a fresh file, not the removed one.
-        std::thread::sleep(Duration::from_millis(20));
+        // The holder removes the lock file while the other thread waits on it: the waiter must
+        // lock a fresh file, not the removed one. /proc/locks shows a blocked flock as "->".
+        let ino = fs::metadata(root.join(LOCKS).join(POD)).unwrap().ino();
+        let started = Instant::now();
+        while !fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .any(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the waiter never waited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         first.close().unwrap();
         waiter.join().unwrap();
         let pod = state.lock_pod(POD).unwrap();
-        assert_eq!(pod.records().unwrap().0.len(), 1);
+        assert_eq!(pod.files().unwrap().records.len(), 1);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
+        let root = tempdir("release");
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        let (a, b) = (record(A, "c1", "net1"), record(B, "c1", "net2"));
+        pod.write(&a).unwrap();
+        pod.write(&b).unwrap();
+        pod.mark_released(A, Then::Gone).unwrap();
+        pod.mark_released(B, Then::Reserved).unwrap();
+        assert_eq!(
+            names(pod.path()),
+            [format!(".{A}.release"), format!(".{B}.reserve")]
+        );
+        let files = pod.files().unwrap();
+        assert!(files.records.is_empty());
+        assert_eq!(
+            files.reserved,
+            std::slice::from_ref(&b),
+            "pending, it already holds its VMI"
+        );
+        let pending: Vec<(&str, Then, bool)> = files
+            .pending
+            .iter()
+            .map(|p| (p.vmi_uuid.as_str(), p.then, p.record.is_some()))
+            .collect();
+        assert_eq!(pending, [(A, Then::Gone, true), (B, Then::Reserved, true)]);
+        assert_eq!(files.claims().len(), 1, "a release claims nothing");
+        for p in &files.pending {
+            pod.settled(p).unwrap();
+        }
+        assert_eq!(names(pod.path()), [format!(".{B}.reserved")]);
+        let files = pod.files().unwrap();
+        assert_eq!(files.reserved, std::slice::from_ref(&b));
+        assert!(files.pending.is_empty());
+        // The attachment's retry takes its reservation back.
+        pod.write(&b).unwrap();
+        assert_eq!(names(pod.path()), [B]);
+        // One never registered becomes a reservation at once; dropped, it is gone.
+        pod.reserve(B).unwrap();
+        pod.drop_reservation(B).unwrap();
+        assert!(names(pod.path()).is_empty());
+        // A pending reservation dropped becomes a pending release.
+        pod.write(&b).unwrap();
+        pod.mark_released(B, Then::Reserved).unwrap();
+        pod.drop_reservation(B).unwrap();
+        assert_eq!(names(pod.path()), [format!(".{B}.release")]);
+        fs::write(pod.path().join(format!(".{B}.release")), "").unwrap();
+        assert!(
+            pod.files().unwrap().pending[0].record.is_none(),
+            "torn by a power loss"
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_pending_deregistration_of_version_0_1_0_is_read() {
+        let root = tempdir("legacy");
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD).unwrap();
+        pod.write(&record(A, "c1", "net1")).unwrap();
+        let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
+        fs::write(pod.path().join(LEGACY_RESYNC), vm).unwrap();
+        assert_eq!(pod.files().unwrap().legacy_resync.as_deref(), Some(vm));
+        pod.clear_legacy_resync().unwrap();
+        assert_eq!(names(pod.path()), [A]);
         fs::remove_dir_all(&root).unwrap();
     }
 

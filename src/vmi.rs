@@ -12,7 +12,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cni::check_ifname;
-use crate::error::{Error, Result};
+#[cfg(feature = "thick")]
+use crate::error::Conflict;
+use crate::error::Malformed;
+
+/// A parser's verdict on an answer of the agent.
+pub type Parsed<T> = std::result::Result<T, Malformed>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mac(pub [u8; 6]);
@@ -55,25 +60,6 @@ pub fn valid_uuid(s: &str) -> bool {
         })
 }
 
-/// The host-side interface name of a VMI's veth: `tap` + 12 hex digits (48 bits) of a hash of
-/// the VMI uuid. Deterministic (DEL and a crashed ADD's retry find it again), unique across
-/// pods, and 15 bytes. A hash rather than a uuid prefix because kube-manager's time-based
-/// uuids of one pod share their leading digits; FNV-1a, then murmur3's finalizer so that
-/// uuids differing in one digit differ in every part of the name.
-pub fn host_ifname(vmi_uuid: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in vmi_uuid.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^= h >> 33;
-    format!("tap{:012x}", h >> 16)
-}
-
 /// One VMI from `GET /vm-cfg/<vm-name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vmi {
@@ -96,29 +82,42 @@ pub struct Vmi {
 }
 
 /// Decodes an agent answer into `T`: invalid JSON, or JSON of another shape than the contract's
-/// (naming where, never quoting the answer's bytes), is a decode error.
-fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T> {
+/// (naming where, never quoting the answer's bytes), is refused.
+fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Parsed<T> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let invalid = |e| Error::decode(format!("agent sent invalid JSON for {what}: {e}"));
+    let invalid = |e: serde_json::Error| Malformed::Json {
+        what: what.to_string(),
+        why: e.to_string(),
+    };
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+        let at = e.path().to_string();
         let e = e.into_inner();
         if e.is_data() {
-            // serde's own text quotes the offending value; only a missing field's is ours.
+            // serde's own text quotes the offending value; only a missing field's name is ours.
             let why = e.to_string();
-            let why = match why.split_once(" at line ").map_or(why.as_str(), |(w, _)| w) {
-                w if w.starts_with("missing field") => w.to_string(),
-                _ => "a value of another type".to_string(),
-            };
-            Error::decode(format!(
-                "agent sent {what} in another shape (at {path}: {why})"
-            ))
+            let missing = why
+                .strip_prefix("missing field `")
+                .and_then(|w| w.split_once('`'))
+                .map(|(field, _)| field.to_string());
+            Malformed::Shape {
+                what: what.to_string(),
+                at,
+                missing,
+            }
         } else {
             invalid(e)
         }
     })?;
     de.end().map_err(invalid)?;
     Ok(value)
+}
+
+fn field(what: &str, field: &'static str, problem: &'static str) -> Malformed {
+    Malformed::Field {
+        what: what.to_string(),
+        field,
+        problem,
+    }
 }
 
 /// One element of the `/vm-cfg` answer, as the agent writes it.
@@ -136,41 +135,35 @@ struct CfgItem {
     annotations: Vec<Value>,
 }
 
-fn checked_uuid(s: String, key: &str, what: &str) -> Result<String> {
+fn checked_uuid(s: String, key: &'static str, what: &str) -> Parsed<String> {
     if !valid_uuid(&s) {
-        return Err(Error::decode(format!(
-            "agent sent {what} whose {key} is not a lowercase uuid"
-        )));
+        return Err(field(what, key, "is not a lowercase uuid"));
     }
     Ok(s)
 }
 
-fn mac(s: &str, what: &str) -> Result<Mac> {
-    Mac::parse(s).ok_or_else(|| {
-        Error::decode(format!(
-            "agent sent {what} whose mac-address is not a unicast MAC"
-        ))
-    })
+fn mac(s: &str, what: &str) -> Parsed<Mac> {
+    Mac::parse(s).ok_or_else(|| field(what, "mac-address", "is not a unicast MAC"))
 }
 
 /// More interfaces than any pod has: a count beyond it in the agent's answer is refused before
 /// it drives an allocation or a loop.
-pub const MAX_VMIS: u32 = 4096;
+pub(crate) const MAX_VMIS: u32 = 4096;
 
 /// Parses the body of `GET /vm-cfg/<vm-name>`.
-pub fn parse_cfg(body: &[u8]) -> Result<Vec<Vmi>> {
+pub fn parse_cfg(body: &[u8]) -> Parsed<Vec<Vmi>> {
     let items: Vec<CfgItem> = decode(body, "the pod's VMIs")?;
     if items.len() > MAX_VMIS as usize {
-        return Err(Error::decode(format!(
-            "agent sent {} VMIs for one pod, more than {MAX_VMIS}",
-            items.len()
-        )));
+        return Err(Malformed::TooMany {
+            count: items.len(),
+            max: MAX_VMIS,
+        });
     }
     let lone = items.len() == 1;
     items.into_iter().map(|item| vmi(item, lone)).collect()
 }
 
-fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
+fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
     let uuid = checked_uuid(item.id, "id", "a VMI")?;
     let what = format!("VMI {uuid}");
     let mac = mac(&item.mac, &what)?;
@@ -198,18 +191,14 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
                 match parsed {
                     Some((k, n)) if k < n && n <= MAX_VMIS => index = Some((k, n)),
                     _ => {
-                        return Err(Error::decode(format!(
-                            "agent sent {what} whose index annotation is not k/N (k < N <= {MAX_VMIS})"
-                        )));
+                        let problem = "is not k/N (k < N <= 4096)";
+                        return Err(field(&what, "index annotation", problem));
                     }
                 }
             }
             "interface" => {
-                check_ifname(v).map_err(|why| {
-                    Error::decode(format!(
-                        "agent sent {what} whose interface annotation names an interface that {why}"
-                    ))
-                })?;
+                let problem = "names an interface Linux or this plugin refuses";
+                check_ifname(v).map_err(|_| field(&what, "interface annotation", problem))?;
                 interface = Some(v.to_string());
             }
             "default-gw" => default_gw = v != "false",
@@ -221,11 +210,7 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
     let (index, count) = match index {
         Some(i) => i,
         None if lone => (0, 1),
-        None => {
-            return Err(Error::decode(format!(
-                "agent sent {what} without an index annotation"
-            )));
-        }
+        None => return Err(field(&what, "index annotation", "is missing")),
     };
     Ok(Vmi {
         vm_uuid: checked_uuid(item.vm_uuid, "vm-uuid", &what)?,
@@ -244,23 +229,21 @@ fn vmi(item: CfgItem, lone: bool) -> Result<Vmi> {
 
 /// Whether the agent's answer for the pod is the pod's: every VMI made for this pod (its
 /// `namespace` and `name` annotations) and all of one VM. Anything else would hand another
-/// pod's interface to this one; the reason otherwise, naming no foreign bytes.
-pub fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> std::result::Result<(), String> {
+/// pod's interface to this one.
+pub(crate) fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> Parsed<()> {
     for v in vmis {
         if v.namespace.as_deref() != Some(namespace) || v.name.as_deref() != Some(name) {
-            return Err(format!(
-                "VMI {} is not annotated as pod {namespace}/{name}'s (its namespace and name \
-                 annotations are missing or name another pod)",
-                v.uuid
-            ));
+            return Err(Malformed::NotThePods {
+                vmi: v.uuid.clone(),
+                pod: format!("{namespace}/{name}"),
+            });
         }
     }
     let vm = vmis.first().map(|v| &v.vm_uuid);
     if let Some(v) = vmis.iter().find(|v| Some(&v.vm_uuid) != vm) {
-        return Err(format!(
-            "VMI {} belongs to another VM than the pod's other VMIs",
-            v.uuid
-        ));
+        return Err(Malformed::OtherVm {
+            vmi: v.uuid.clone(),
+        });
     }
     Ok(())
 }
@@ -368,7 +351,7 @@ enum Plen {
 
 impl Plen {
     /// The length within `1..=max`; `None` for an empty string.
-    fn get(&self, key: &str, max: u8, what: &str) -> Result<Option<u8>> {
+    fn get(&self, key: &'static str, max: u8, what: &str) -> Parsed<Option<u8>> {
         let n = match self {
             Plen::Text(s) if s.trim().is_empty() => return Ok(None),
             Plen::Text(s) => s.trim().parse::<u64>().ok(),
@@ -376,9 +359,8 @@ impl Plen {
         };
         match n {
             Some(n) if (1..=u64::from(max)).contains(&n) => Ok(Some(n as u8)),
-            _ => Err(Error::decode(format!(
-                "agent sent {what} whose {key} is not 1..={max}"
-            ))),
+            _ if max == 32 => Err(field(what, key, "is not 1..=32")),
+            _ => Err(field(what, key, "is not 1..=128")),
         }
     }
 }
@@ -387,33 +369,31 @@ impl Plen {
 /// unspecified address, with stray spaces, for a family without IPAM).
 fn addr<T: FromStr + Into<IpAddr> + Copy>(
     s: Option<&str>,
-    key: &str,
+    key: &'static str,
     what: &str,
-) -> Result<Option<T>> {
+) -> Parsed<Option<T>> {
     let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
     let a: T = s
         .parse()
-        .map_err(|_| Error::decode(format!("agent sent {what} whose {key} is not an address")))?;
+        .map_err(|_| field(what, key, "is not an address"))?;
     Ok((!a.into().is_unspecified()).then_some(a))
 }
 
 /// Parses the body of `GET /vm/<vm-uuid>/<vmi-uuid>`: an array holding that VMI, of that VM.
-pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> {
+pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Parsed<IpConfig> {
     let what = format!("VMI {vmi_uuid}");
     let items: Vec<IpItem> = decode(body, &format!("the IP config of {what}"))?;
     let item = items
         .into_iter()
         .find(|i| i.id == vmi_uuid)
-        .ok_or_else(|| {
-            Error::decode(format!("agent's IP config answer does not contain {what}"))
-        })?;
+        .ok_or_else(|| Malformed::Absent { what: what.clone() })?;
     if item.instance_id.as_deref().is_some_and(|i| i != vm_uuid) {
-        return Err(Error::decode(format!(
-            "agent sent the IP config of {what} for another VM (its instance-id is not pod \
-             {vm_uuid})"
-        )));
+        return Err(Malformed::OtherInstance {
+            vmi: vmi_uuid.to_string(),
+            vm: vm_uuid.to_string(),
+        });
     }
     let mac = mac(&item.mac, &what)?;
     let v4 = match addr::<Ipv4Addr>(item.ip.as_deref(), "ip-address", &what)? {
@@ -423,10 +403,9 @@ pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> 
                 Some(p) => p.get("plen", 32, &what)?,
                 None => None,
             }
-            .ok_or_else(|| {
-                Error::decode(format!("agent sent {what} with ip-address but no plen"))
-            })?;
-            Some(Ipv4Network::new(ip, plen).map_err(|e| Error::decode(format!("{what}: {e}")))?)
+            .ok_or_else(|| field(&what, "plen", "is missing beside its ip-address"))?;
+            // `get` bounds the length: this cannot fail.
+            Ipv4Network::new(ip, plen).ok()
         }
     };
     let v6 = match addr::<Ipv6Addr>(item.ip6.as_deref(), "v6-ip-address", &what)? {
@@ -436,16 +415,11 @@ pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Result<IpConfig> 
                 Some(p) => p.get("v6-plen", 128, &what)?,
                 None => None,
             };
-            Some(
-                Ipv6Network::new(ip, plen.unwrap_or(128))
-                    .map_err(|e| Error::decode(format!("{what}: {e}")))?,
-            )
+            Ipv6Network::new(ip, plen.unwrap_or(128)).ok()
         }
     };
     if v4.is_none() && v6.is_none() {
-        return Err(Error::decode(format!(
-            "agent reports {what} ready but with neither an IPv4 nor an IPv6 address"
-        )));
+        return Err(Malformed::NoAddress { what });
     }
     Ok(IpConfig {
         v4,
@@ -482,6 +456,8 @@ pub enum Unresolved {
     NoSuchNetwork { known: Vec<String> },
     /// Every VMI of the network is held by another interface of the pod.
     AllTaken { count: usize },
+    /// The pod has no VMIs at all (thick mode).
+    NoVmis,
 }
 
 /// What resolution leaves to the agent to settle, if anything.
@@ -570,35 +546,17 @@ pub fn resolve<'a>(
     Ok(Choice::Free(free))
 }
 
-impl Unresolved {
-    /// The CNI error for an attachment of pod `vm_name` to `network` that nothing fits.
-    pub fn error(self, network: &str, vm_name: &str) -> Error {
-        Error::NoVmi(match self {
-            Unresolved::NoSuchNetwork { known } => format!(
-                "pod {vm_name} has no interface on network {network:?}; the agent knows it on: {}. \
-                 Check that the NetworkAttachmentDefinition name matches the pod's networks annotation",
-                known.join(", ")
-            ),
-            Unresolved::AllTaken { count } => format!(
-                "all {count} interface(s) of pod {vm_name} on network {network:?} are already attached \
-                 under other interface names; the pod references that network fewer times than it is \
-                 being attached"
-            ),
-        })
-    }
-}
-
 /// One interface a call sets up: its VMI, its name in the pod, and whether it carries the pod's
 /// default route.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Wanted<'a> {
+pub(crate) struct Wanted<'a> {
     pub vmi: &'a Vmi,
     pub ifname: String,
     pub default_gw: bool,
 }
 
 /// Plugin mode: the interface for `vmi`, this attachment's VMI among the pod's `vmis`.
-pub fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) -> Wanted<'a> {
+pub(crate) fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) -> Wanted<'a> {
     Wanted {
         vmi,
         ifname: ifname.to_string(),
@@ -609,7 +567,10 @@ pub fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) -> Wanted
 /// Thick mode: every VMI of the pod in index order, named by its `interface` annotation, else
 /// `ifname` (CNI_IFNAME) for index 0 and `eth<index>`. Two VMIs may not share a name.
 #[cfg(feature = "thick")]
-pub fn for_pod<'a>(vmis: &'a [Vmi], ifname: &str) -> Result<Vec<Wanted<'a>>> {
+pub(crate) fn for_pod<'a>(
+    vmis: &'a [Vmi],
+    ifname: &str,
+) -> std::result::Result<Vec<Wanted<'a>>, Conflict> {
     let mut sorted: Vec<&Vmi> = vmis.iter().collect();
     sorted.sort_by_key(|v| v.index);
     let gw = default_gw(vmis);
@@ -620,13 +581,15 @@ pub fn for_pod<'a>(vmis: &'a [Vmi], ifname: &str) -> Result<Vec<Wanted<'a>>> {
             (None, 0) => ifname.to_string(),
             (None, k) => format!("eth{k}"),
         };
-        check_ifname(&name)
-            .map_err(|why| Error::Interface(format!("interface name {name:?} {why}")))?;
+        if let Err(why) = check_ifname(&name) {
+            return Err(Conflict::BadName { name, why });
+        }
         if let Some(other) = wanted.iter().find(|w| w.ifname == name) {
-            return Err(Error::Interface(format!(
-                "VMIs {} (index {}) and {} (index {}) would both be {name}: fix the pod's interface names",
-                other.vmi.uuid, other.vmi.index, v.uuid, v.index
-            )));
+            return Err(Conflict::SameName {
+                name,
+                first: (other.vmi.uuid.clone(), other.vmi.index),
+                second: (v.uuid.clone(), v.index),
+            });
         }
         wanted.push(Wanted {
             vmi: v,
@@ -640,6 +603,7 @@ pub fn for_pod<'a>(vmis: &'a [Vmi], ifname: &str) -> Result<Vec<Wanted<'a>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Malformed;
     use serde_json::json;
 
     const VM: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
@@ -962,12 +926,24 @@ mod tests {
                 cfg_item(&uuid(2), json!(["{network:a}"]))
             ]),
         ];
-        for b in bad {
-            assert_eq!(
-                parse_cfg(b.to_string().as_bytes()).unwrap_err().code(),
-                crate::error::code::DECODE,
-                "{b}"
-            );
+        let fields = [
+            None,
+            Some("id"),
+            Some("id"),
+            Some("index annotation"),
+            Some("index annotation"),
+            Some("index annotation"),
+            Some("index annotation"),
+            Some("interface annotation"),
+            Some("index annotation"),
+        ];
+        for (b, want) in bad.into_iter().zip(fields) {
+            let got = match parse_cfg(b.to_string().as_bytes()).unwrap_err() {
+                Malformed::Field { field, .. } => Some(field),
+                Malformed::Shape { .. } => None,
+                other => panic!("{b}: {other}"),
+            };
+            assert_eq!(got, want, "{b}");
         }
         let mut bad_mac = cfg_item(&uuid(1), json!(["{index:0/1}"]));
         for mac in [
@@ -1042,9 +1018,19 @@ mod tests {
         for (k, v) in mutations {
             let mut item = ip_item();
             item[k] = v.clone();
-            let err = parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap_err();
-            assert_eq!(err.code(), crate::error::code::DECODE, "{k}={v}");
+            match parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap_err() {
+                Malformed::Field { field, .. } => assert_eq!(field, k),
+                // A number where the contract has a string.
+                Malformed::Shape { at, .. } => assert_eq!(at, format!("[0].{k}")),
+                other => panic!("{k}={v}: {other}"),
+            }
         }
+        let mut other_vm = ip_item();
+        other_vm["instance-id"] = json!(uuid(3));
+        assert!(matches!(
+            parse_ip(json!([other_vm]).to_string().as_bytes(), VM, &uuid(1)),
+            Err(Malformed::OtherInstance { .. })
+        ));
         let mut none = ip_item();
         none["ip-address"] = json!("");
         none["v6-ip-address"] = json!("::");
@@ -1053,18 +1039,6 @@ mod tests {
         let mut no_plen = ip_item();
         no_plen.as_object_mut().unwrap().remove("plen");
         assert!(parse_ip(json!([no_plen]).to_string().as_bytes(), VM, &uuid(1)).is_err());
-    }
-
-    #[test]
-    fn host_names_are_short_deterministic_and_distinct_for_sibling_uuids() {
-        let a = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964");
-        let b = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa965");
-        assert_eq!(a.len(), 15);
-        assert!(a.starts_with("tap"));
-        // Siblings share no long run of the name.
-        assert!(a[3..9] != b[3..9] && a[9..] != b[9..], "{a} {b}");
-        assert_eq!(a, host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"));
-        assert!(check_ifname(&a).is_ok());
     }
 
     #[test]
@@ -1091,11 +1065,13 @@ mod tests {
         );
         let w = for_attachment(&vmis, &vmis[3], "net1");
         assert!(!w.default_gw);
-        let err = resolve(at("net-z", "net9"), &vmis, &[])
-            .unwrap_err()
-            .error("net-z", "k8s__default__p");
-        assert_eq!(err.code(), crate::error::code::NO_VMI);
-        assert!(err.to_string().contains("default, net-a, net-b"), "{err}");
+        let why = resolve(at("net-z", "net9"), &vmis, &[]).unwrap_err();
+        assert_eq!(
+            why,
+            Unresolved::NoSuchNetwork {
+                known: vec!["default".into(), "net-a".into(), "net-b".into()]
+            }
+        );
     }
 
     #[cfg(feature = "thick")]
@@ -1132,8 +1108,10 @@ mod tests {
         let mut vmis = pod();
         vmis[1].interface = Some("eth1".into()); // index 2 asks for eth1, index 1's name
         let err = for_pod(&vmis, "eth0").unwrap_err();
-        assert_eq!(err.code(), crate::error::code::INTERFACE);
-        assert!(err.to_string().contains("both be eth1"), "{err}");
+        assert!(
+            matches!(&err, Conflict::SameName { name, .. } if name == "eth1"),
+            "{err}"
+        );
         // CNI_IFNAME itself may clash with an annotation.
         let mut vmis = pod();
         vmis[3].interface = Some("eth0".into());

@@ -44,17 +44,15 @@ fn one_vmi() -> Fixture {
 
 // ---------------------------------------------------------------- namespaces
 
-/// A path to the test's own network namespace under /run/netns, as a runtime would hand one
-/// over: removed (unmounted) on drop.
+/// A path to the test's own network namespace (its private node's) under /run/netns, as a
+/// runtime would hand one over: removed (unmounted) on drop.
 struct HostNetnsLink(String);
 
 impl HostNetnsLink {
     fn new() -> HostNetnsLink {
+        enter_node();
         let name = format!("ck8s-host-{}", tag());
-        sh(
-            "ip",
-            &["netns", "attach", &name, &std::process::id().to_string()],
-        );
+        sh("ip", &["netns", "attach", &name, &thread_id().to_string()]);
         HostNetnsLink(name)
     }
 }
@@ -86,7 +84,7 @@ fn the_plugins_own_namespace_and_non_network_namespaces_are_refused_before_anyth
     let own = [
         "/proc/self/ns/net".to_string(),
         "/proc/thread-self/ns/net".to_string(),
-        format!("/proc/{}/ns/net", std::process::id()),
+        format!("/proc/{}/ns/net", thread_id()),
         format!("/run/netns/{}", host.0),
     ];
     let not_net = ["/proc/self/ns/mnt", "/proc/self/ns/uts"];
@@ -302,6 +300,8 @@ struct FullDisk {
 
 impl FullDisk {
     fn new() -> FullDisk {
+        // Mounted in the test's node: gone with it, whatever happens to the test.
+        enter_node();
         let dir = TempDir::new();
         let root = dir.0.to_str().unwrap();
         sh(
@@ -356,6 +356,48 @@ fn a_full_disk_fails_add_with_code_5_and_leaves_no_file() {
     std::fs::remove_file(&disk.fill).unwrap();
     fx.add("eth0", "default");
     fx.del("eth0", "default").assert_ok();
+    assert_eq!(disk.entries(&state), [] as [String; 0]);
+}
+
+#[test]
+fn del_on_a_full_disk_removes_everything() {
+    // Nodes fill /var: kubelet then retries the DEL of every pod forever if DEL needs space.
+    // A release renames files and removes them; it writes nothing new.
+    let disk = FullDisk::new();
+    std::fs::remove_file(&disk.fill).unwrap();
+    let state = disk.dir.0.join("ports");
+    let mut fx = Fixture::new(vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+    ]);
+    fx.set("config-dir", json!(state));
+    fx.add("eth0", "default");
+    fx.add("net1", "net-a");
+    fx.add("net2", "net-a");
+    // Full: not a byte more, also for the DEL of one attachment of three, whose siblings must
+    // be registered again.
+    let _ = try_sh(
+        "dd",
+        &[
+            "if=/dev/zero",
+            &format!("of={}", disk.fill.display()),
+            "bs=4k",
+        ],
+    );
+    let probe = disk.dir.0.join("probe");
+    assert!(std::fs::write(&probe, "x").is_err(), "not full");
+    std::fs::remove_file(&probe).unwrap();
+    fx.del("net1", "net-a").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net2"]);
+    let mut registered: Vec<String> = fx.sim.ports().into_iter().map(|p| p.2).collect();
+    registered.sort();
+    assert_eq!(registered, ["eth0", "net2"], "the siblings stay registered");
+    for ifname in ["net2", "eth0"] {
+        let network = if ifname == "eth0" { "default" } else { "net-a" };
+        fx.del(ifname, network).assert_ok();
+    }
+    fx.assert_nothing_left();
     assert_eq!(disk.entries(&state), [] as [String; 0]);
 }
 

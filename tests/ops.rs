@@ -309,6 +309,16 @@ fn inspect_reports_every_kind_of_debris_with_its_fix() {
     std::fs::write(pod_dir("k8s__default__pending").join(".resync"), uuid()).unwrap();
     let killed = pod_dir("k8s__default__killed");
     std::fs::write(killed.join(format!(".{}.tmp", uuid())), "{").unwrap();
+    // An ADD that failed: its attachment keeps its VMI, without an interface.
+    let vmi = uuid();
+    let reserved = json!({"vm-id": "c9", "vm-uuid": uuid(), "vm-name": "k8s__default__failed",
+        "host-ifname": "tap000000000009", "vm-ifname": "net1", "vm-namespace": "/run/netns/x",
+        "vn-uuid": uuid(), "vmi-uuid": vmi, "contrail-k8s-cni-state": "1"});
+    std::fs::write(
+        pod_dir("k8s__default__failed").join(format!(".{vmi}.reserved")),
+        reserved.to_string(),
+    )
+    .unwrap();
     let odd = pod_dir("k8s__default__odd");
     sh("mkfifo", &[odd.join(uuid()).to_str().unwrap()]);
     std::fs::write(odd.join("notes.txt"), "mine").unwrap();
@@ -347,6 +357,11 @@ fn inspect_reports_every_kind_of_debris_with_its_fix() {
         ("not this plugin's", ".locks/odd", "left alone"),
         ("stale lock", "k8s__default__gone", "GC removes it"),
         (
+            "ADD failed: holds its VMI, no interface",
+            "default/failed",
+            "retries the ADD",
+        ),
+        (
             "registered with the agent without a state file",
             &fx.pod.vm_name(),
             &fx.pod.uuid,
@@ -367,6 +382,7 @@ fn inspect_reports_every_kind_of_debris_with_its_fix() {
         "deregistration pending",
         "temp file",
         "stale lock",
+        "ADD failed",
     ] {
         assert_eq!(findings(&rows, gone), [], "{gone}: {rows:#?}");
     }

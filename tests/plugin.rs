@@ -304,9 +304,11 @@ fn failed_registration_rolls_everything_back() {
     let out = fx.call("ADD", "eth0", &fx.conf(""));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains("HTTP 500"), "{}", out.msg());
-    fx.assert_nothing_left();
-    // Multus then sends DEL to the failed delegate: it succeeds.
+    fx.assert_rolled_back();
+    assert_eq!(fx.node.reservations(&fx.pod), [fx.pod.vmis[0].uuid.clone()]);
+    // Multus then sends DEL to the failed delegate: it succeeds, and nothing is left.
     fx.del("eth0", "").assert_ok();
+    fx.assert_nothing_left();
 }
 
 #[test]
@@ -355,6 +357,8 @@ fn agent_that_never_gives_an_ip_times_out_with_code_11() {
         "{:?}",
         started.elapsed()
     );
+    fx.assert_rolled_back();
+    fx.del("eth0", "").assert_ok();
     fx.assert_nothing_left();
 }
 
@@ -762,4 +766,120 @@ fn an_add_whose_addresses_fail_after_registration_leaves_nothing() {
     }
     assert!(!fx.node.pod_dir_exists(&fx.pod));
     assert!(fx.sim.ports().is_empty());
+}
+
+#[test]
+fn a_failed_attachment_keeps_its_vmi_from_its_siblings_until_its_del() {
+    // A pod on net-a three times; the second VMI's IP configuration does not come (the agent
+    // answers 500 for it), so ADD net2 fails and is rolled back.
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+        VmiSpec::new("net-a", 4),
+    ];
+    let pod = PodSpec::new(vmis.clone());
+    let agent_files = TempDir::new();
+    let state = agent_files.0.to_str().unwrap().to_string();
+    let fail = format!("GET:/vm/{}/{}:500", pod.uuid, vmis[2].uuid);
+    let mut fx = Fixture::with_pod(pod, &["--state-dir", &state, "--fail", &fail]);
+    fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    fx.add("eth0", "default");
+    fx.add("net1", "net-a");
+    let out = fx.call("ADD", "net2", &fx.conf("net-a"));
+    assert_eq!(out.code(), 11, "{}", out.stdout);
+    assert!(out.msg().contains(&vmis[2].uuid), "{}", out.msg());
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net1"]);
+    assert_eq!(fx.node.reservations(&fx.pod), [vmis[2].uuid.clone()]);
+    let registered: Vec<String> = fx.sim.ports().into_iter().map(|p| p.2).collect();
+    assert_eq!(
+        registered.len(),
+        2,
+        "net2 is not registered: {registered:?}"
+    );
+    // A sibling gets its own VMI, not net2's...
+    fx.add("net3", "net-a");
+    assert_eq!(fx.ns.mac("net3"), vmis[3].mac);
+    // ...and net2's retry gets net2's, once the agent has its IP configuration.
+    fx.restart_agent(&["--state-dir", &state]);
+    fx.add("net2", "net-a");
+    assert_eq!(fx.ns.mac("net2"), vmis[2].mac);
+    assert!(fx.node.reservations(&fx.pod).is_empty());
+    // A failure kept again, then its DEL releases it.
+    fx.restart_agent(&["--state-dir", &state, "--fail", &fail]);
+    fx.del("net2", "net-a").assert_ok();
+    assert_eq!(fx.call("ADD", "net2", &fx.conf("net-a")).code(), 11);
+    assert_eq!(fx.node.reservations(&fx.pod), [vmis[2].uuid.clone()]);
+    fx.del("net2", "net-a").assert_ok();
+    assert!(fx.node.reservations(&fx.pod).is_empty());
+    for (ifname, network) in [("net3", "net-a"), ("net1", "net-a"), ("eth0", "default")] {
+        fx.del(ifname, network).assert_ok();
+    }
+    fx.assert_nothing_left();
+}
+
+#[test]
+fn check_fails_when_prev_result_lists_what_the_pod_lacks() {
+    let vmis = vec![VmiSpec::new("default", 1).dual_stack()];
+    let mut fx = Fixture::new(vmis.clone());
+    fx.set("mtu", json!(1400));
+    let conf = fx.node.netconf("1.1.0", "default");
+    let r = fx.call("ADD", "eth0", &conf).assert_ok().json();
+    let check = |prev: &Value| {
+        let mut c = conf.clone();
+        c["prevResult"] = prev.clone();
+        fx.call("CHECK", "eth0", &c)
+    };
+    check(&r).assert_ok();
+    let edits: [(&str, Value); 5] = [
+        ("/interfaces/1/mac", json!("02:00:00:00:00:99")),
+        ("/interfaces/1/mtu", json!(1500)),
+        ("/interfaces/0/mtu", json!(9000)),
+        ("/ips/0/address", json!("10.1.0.99/24")),
+        ("/interfaces/1/name", json!("eth9")),
+    ];
+    for (at, value) in edits {
+        let mut prev = r.clone();
+        *prev.pointer_mut(at).unwrap() = value.clone();
+        let out = check(&prev);
+        let wants = if at == "/interfaces/1/name" {
+            // An interface the result does not name as ours: another plugin's, not ours to
+            // check; the one ADD made is still there as the config says.
+            0
+        } else {
+            103
+        };
+        if wants == 0 {
+            out.assert_ok();
+        } else {
+            assert_eq!(out.code(), 103, "{at}={value}: {}", out.stdout);
+            assert!(
+                out.msg().contains("prevResult lists"),
+                "{at}: {}",
+                out.msg()
+            );
+        }
+    }
+    // An address listed for the interface that the pod does not have.
+    let mut extra = r.clone();
+    extra["ips"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"address": "10.1.0.77/24", "interface": 1}));
+    assert_eq!(check(&extra).code(), 103);
+    // The MTU the config says, on both ends.
+    sh(
+        "ip",
+        &["-n", &fx.ns.name, "link", "set", "eth0", "mtu", "1300"],
+    );
+    let out = check(&r);
+    assert_eq!(out.code(), 103);
+    assert!(
+        out.msg().contains("has MTU 1300, the config says 1400"),
+        "{}",
+        out.msg()
+    );
+    fx.call("DEL", "eth0", &conf).assert_ok();
+    fx.assert_nothing_left();
 }

@@ -9,7 +9,9 @@ fn readme() -> String {
 
 /// The rows of the table that follows `heading`: cells without their backquotes.
 fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
-    let at = text.find(heading).unwrap_or_else(|| panic!("no {heading:?} in README.md"));
+    let at = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading:?} in README.md"));
     text[at..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))

@@ -1,6 +1,7 @@
 //! The end-to-end tests' harness: runs the real release binary as a runtime does (environment
 //! and stdin), in network namespaces the test creates and always removes, against the agent
-//! simulator.
+//! simulator; every test in a node of its own ([`enter_node`]), so that no test touches the
+//! machine's network namespace or sees another test's links.
 
 // `new()` makes a namespace, a directory or a process: an effect, not a default value.
 #![allow(clippy::new_without_default)]
@@ -75,6 +76,70 @@ pub fn sh(cmd: &str, args: &[&str]) -> String {
     try_sh(cmd, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
+thread_local! {
+    /// Whether this thread is in a node of its own already.
+    static IN_NODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Moves the calling thread, and every thread and process it starts from now on, into a node of
+/// its own: a network namespace with `lo` up, and a mount namespace (a slave of the machine's,
+/// so nothing mounted here reaches the machine) with its own sysfs (the node's links in
+/// `/sys/class/net`; the machine's cgroups kept for podman) and its own `/run/netns`. Every
+/// constructor of this kit calls it; a test calls it itself before anything else that makes
+/// links or namespaces. When the test ends, its processes end, and the node with its links and
+/// namespaces goes with them, also when the test failed.
+pub fn enter_node() {
+    if IN_NODE.get() {
+        return;
+    }
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    use nix::sched::{CloneFlags, unshare};
+    let fail = |what: &str, e: nix::Error| -> ! {
+        panic!("entering a private node: {what}: {e} (the tests run as root: scripts/test)")
+    };
+    unshare(CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
+        .unwrap_or_else(|e| fail("unshare", e));
+    let none = None::<&str>;
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_SLAVE, none)
+        .unwrap_or_else(|e| fail("making / a slave", e));
+    // A sysfs of this netns; the machine's cgroup tree moved over to it (runc needs it).
+    let cgroups = std::env::temp_dir().join(format!("ck8s-cgroup-{}", tag()));
+    std::fs::create_dir(&cgroups).unwrap();
+    let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+    mount(Some("/sys/fs/cgroup"), &cgroups, none, bind, none)
+        .unwrap_or_else(|e| fail("keeping /sys/fs/cgroup", e));
+    umount2("/sys", MntFlags::MNT_DETACH).unwrap_or_else(|e| fail("unmounting /sys", e));
+    mount(Some("sysfs"), "/sys", Some("sysfs"), MsFlags::empty(), none)
+        .unwrap_or_else(|e| fail("mounting sysfs", e));
+    mount(
+        Some(&cgroups),
+        "/sys/fs/cgroup",
+        none,
+        MsFlags::MS_MOVE,
+        none,
+    )
+    .unwrap_or_else(|e| fail("moving the cgroups back", e));
+    let _ = std::fs::remove_dir(&cgroups);
+    std::fs::create_dir_all("/run/netns").unwrap();
+    mount(
+        Some("tmpfs"),
+        "/run/netns",
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )
+    .unwrap_or_else(|e| fail("mounting /run/netns", e));
+    IN_NODE.set(true);
+    sh("ip", &["link", "set", "lo", "up"]);
+}
+
+/// This thread's id: `/proc/<tid>` names this thread's namespaces (`/proc/<pid>` names the main
+/// thread's, which stays in the machine's).
+pub fn thread_id() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    link.file_name().unwrap().to_str().unwrap().parse().unwrap()
+}
+
 /// A network namespace, deleted on drop.
 pub struct Netns {
     pub name: String,
@@ -82,6 +147,7 @@ pub struct Netns {
 
 impl Netns {
     pub fn new() -> Netns {
+        enter_node();
         let name = format!("ck8s-{}", tag());
         sh("ip", &["netns", "add", &name]);
         sh("ip", &["-n", &name, "link", "set", "lo", "up"]);
@@ -360,6 +426,7 @@ impl Sim {
     }
 
     fn spawn(bin: &Path, dir: TempDir, ip: &str, args: &[&str]) -> Sim {
+        enter_node();
         let file = dir.0.join("pods.json");
         let mut child = Command::new(bin)
             .args([
@@ -537,6 +604,7 @@ pub struct Node {
 
 impl Node {
     pub fn new(sim: &Sim) -> Node {
+        enter_node();
         let config_dir = TempDir::new();
         let contrail = json!({
             "vrouter-port": sim.port,
@@ -711,6 +779,32 @@ impl Node {
         v
     }
 
+    /// The VMIs a pod's failed attachments hold (`.<vmi>.reserved`, or `.reserve` while their
+    /// deregistration is pending).
+    pub fn reservations(&self, pod: &PodSpec) -> Vec<String> {
+        self.dotted(pod, &["reserved", "reserve"])
+    }
+
+    /// The VMIs of a pod whose deregistration is pending (`.<vmi>.release` or `.reserve`).
+    pub fn pending(&self, pod: &PodSpec) -> Vec<String> {
+        self.dotted(pod, &["release", "reserve"])
+    }
+
+    fn dotted(&self, pod: &PodSpec, suffixes: &[&str]) -> Vec<String> {
+        let dir = self.ports_dir().join(pod.vm_name());
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                let (vmi, suffix) = name.strip_prefix('.')?.split_once('.')?;
+                suffixes.contains(&suffix).then(|| vmi.to_string())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
     pub fn pod_dir_exists(&self, pod: &PodSpec) -> bool {
         self.ports_dir().join(pod.vm_name()).exists()
     }
@@ -816,6 +910,7 @@ impl HostLink {
     /// A veth in the host netns, up, to be a macvlan master (the kernel here has no dummy
     /// links); its peer goes with it.
     pub fn macvlan_master() -> HostLink {
+        enter_node();
         let t = tag();
         let master = HostLink(format!("ck8sm{t}"));
         let peer = format!("ck8sp{t}");
@@ -973,20 +1068,31 @@ impl Fixture {
         self.sim.ports().into_iter().collect()
     }
 
-    /// Nothing of the pod is left: no interface in the netns, no host end, no state, no port.
+    /// What a failed ADD leaves: no interface in the netns, no host end, no attachment, no
+    /// registration; at most the reservations of the VMIs it claimed (see
+    /// [`Node::reservations`]), which its DEL or retry takes.
     #[track_caller]
-    pub fn assert_nothing_left(&self) {
+    pub fn assert_rolled_back(&self) {
         assert_eq!(self.ns.ifnames(), ["lo"]);
         for v in &self.pod.vmis {
             let tap = host_ifname(&v.uuid);
             assert!(!host_link_exists(&tap), "host end {tap} left behind");
         }
+        assert_eq!(self.node.state_files(&self.pod), [] as [String; 0]);
+        assert_eq!(self.sim.ports(), [], "port left registered");
+    }
+
+    /// Nothing of the pod is left: no interface in the netns, no host end, no state (not even a
+    /// reservation), no port.
+    #[track_caller]
+    pub fn assert_nothing_left(&self) {
+        self.assert_rolled_back();
         assert!(
             !self.node.pod_dir_exists(&self.pod),
-            "state left: {:?}",
-            self.node.state_files(&self.pod)
+            "state left: reservations {:?}, pending {:?}",
+            self.node.reservations(&self.pod),
+            self.node.pending(&self.pod)
         );
-        assert_eq!(self.sim.ports(), [], "port left registered");
     }
 }
 
@@ -1014,16 +1120,12 @@ pub const ADD_STEPS: [&str; 7] = [
     "addressed",
 ];
 
-/// The crash points of DEL (and of GC, which releases the same way): the veth gone, the resync
-/// marker's file written but not yet renamed into place, the marker in place, the state file
-/// removed, the pod's ports dropped by the agent (before the siblings are registered again).
-pub const DEL_STEPS: [&str; 5] = [
-    "unlinked",
-    "renaming",
-    "marked",
-    "forgotten",
-    "deregistered",
-];
+/// The crash points of DEL (and of GC, which releases the same way): the interfaces gone, the
+/// released files renamed to their pending names, the pod's ports dropped by the agent (before
+/// the attachments that stay are registered again).
+pub const DEL_STEPS: [&str; 3] = ["unlinked", "marked", "deregistered"];
+
+// ---------------------------------------------------------------- seeds
 
 /// SplitMix64: small, and the same sequence for a seed on every machine.
 pub struct Rng(pub u64);

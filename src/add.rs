@@ -1,0 +1,355 @@
+//! ADD: the attachments of one call (plugin mode: the one CNI_IFNAME names; thick mode: every
+//! VMI of the pod), in the agent's order: the pod's VMIs, the claims, the interfaces, the
+//! registrations (`POST /vm`), the IP configurations (which the agent has only for a registered
+//! port), the addresses and routes. A failure undoes what the call made
+//! ([`teardown::undo`]); its claims stay the attachments' (reservations), so that a retry gets
+//! the same VMIs and no sibling takes them.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::agent::Agent;
+use crate::call::{Call, open_netns};
+use crate::cni::{Env, Outcome};
+use crate::config::{Mode, NetConf};
+use crate::error::{Conflict, During, Error, Result};
+use crate::interface::{self, Spec};
+use crate::links::{self, Links};
+use crate::logging::Shown;
+use crate::names;
+use crate::netlink::{Netns, Socket};
+use crate::pod::Pod;
+use crate::state::{PodDir, PodFiles, Record, STATE_VERSION, StateDir};
+use crate::teardown::{self, Registered};
+use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
+
+/// ADD: sets up the call's attachments and returns the result of the first (thick mode's
+/// runtime knows no other).
+pub fn add(call: &mut Call) -> Result<Outcome> {
+    let pod = call.pod.ok_or_else(|| {
+        Error::env(
+            "CNI_ARGS",
+            "K8S_POD_NAME is missing; ADD needs the pod's name",
+        )
+    })?;
+    warn_about_requests(call.conf, call.env);
+    let netns = open_netns(&call.env.netns)?;
+    let contrail = &call.conf.contrail;
+    let dir = &contrail.config_dir;
+    let state = StateDir::open(dir).map_err(Error::io("opening", dir))?;
+    let vm_name = pod.vm_name(&contrail.cluster_name);
+    // Held for the whole call: a duplicate ADD waits for this one, a DEL asks it to stop.
+    let lock = call.lock(&state, &vm_name)?;
+    if let Err(e) = lock.clear_stop() {
+        log::warn!("clearing a stale request to stop: {e}");
+    }
+    let stop = lock
+        .stop_probe()
+        .map_err(Error::io("locking the attachment in", state.path()))?;
+    let mut add = Add {
+        env: call.env,
+        conf: call.conf,
+        agent: Agent::new(contrail).stop_when(move || stop.requested()),
+        links: Links::new(contrail)?,
+        ctr: Socket::open(&netns)?,
+        netns,
+        state,
+        vm_name,
+    };
+    let result = add.run(pod, &mut call.vmis);
+    if let Err(e) = lock.remove() {
+        log::warn!("removing the attachment's lock: {e}");
+    }
+    result
+}
+
+/// What every step of one ADD works with.
+struct Add<'a> {
+    env: &'a Env,
+    conf: &'a NetConf,
+    agent: Agent,
+    links: Links,
+    ctr: Socket,
+    netns: Netns,
+    state: StateDir,
+    vm_name: String,
+}
+
+/// The claims an ADD recorded.
+struct Claimed {
+    records: Vec<Record>,
+    /// Whether one was an older sandbox's, which may have registered it.
+    took_over: bool,
+}
+
+/// What an ADD made so far, for its undo.
+#[derive(Default)]
+struct Made {
+    links: Vec<Record>,
+    /// `POST /vm` was sent (the agent may have taken it even when the answer was lost).
+    registered: bool,
+}
+
+impl Add<'_> {
+    fn run(&mut self, pod: &Pod, noted: &mut Vec<String>) -> Result<Outcome> {
+        let vmis = self.agent.wait_for_pod(pod, &self.vm_name)?;
+        let claimed = self.claim(&vmis)?;
+        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.clone()));
+        crate::crash::point("claimed");
+        let mut made = Made::default();
+        self.attach(&claimed.records, &mut made)
+            .map_err(|e| self.undo(&claimed, &made, e))
+    }
+
+    /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod
+    /// never take the same VMI, and a crash after this point leaves records a DEL acts on.
+    fn claim(&mut self, vmis: &[Vmi]) -> Result<Claimed> {
+        let mut pod = teardown::open(&self.agent, &self.state, &self.vm_name)?;
+        let claimed = self.record_claims(&mut pod, vmis);
+        teardown::close(pod)?;
+        claimed
+    }
+
+    fn record_claims(&mut self, pod: &mut PodDir, vmis: &[Vmi]) -> Result<Claimed> {
+        let files = pod.files().map_err(Error::io("reading", pod.path()))?;
+        for u in &files.unreadable {
+            log::warn!(
+                "leaving unreadable state file {} alone: {}",
+                u.path.display(),
+                u.why
+            );
+        }
+        let wanted = self.choose(vmis, &files)?;
+        let cid = &self.env.container_id;
+        // An interrupted ADD's attachment may have its interface already: it is replaced. Any
+        // other name (a new claim, a reservation) must be free in the pod.
+        let new_names: Vec<&str> = wanted
+            .iter()
+            .filter(|w| {
+                !files
+                    .records
+                    .iter()
+                    .any(|h| h.vmi_uuid == w.vmi.uuid && h.is(cid, &w.ifname))
+            })
+            .map(|w| w.ifname.as_str())
+            .collect();
+        links::check_free(&mut self.ctr, &self.netns, &new_names)?;
+        let mut claimed = Claimed {
+            records: Vec::new(),
+            took_over: false,
+        };
+        for w in &wanted {
+            let older = files.records.iter().chain(&files.reserved);
+            if let Some(old) = older
+                .filter(|h| h.vmi_uuid == w.vmi.uuid)
+                .find(|h| h.container_id != *cid)
+            {
+                claimed.took_over |= files.records.contains(old);
+                log::info!(
+                    "VMI {} was held by older sandbox {} as {}: taking it over",
+                    w.vmi.uuid,
+                    old.container_id,
+                    old.ifname
+                );
+            }
+            let record = record(self.env, &self.vm_name, w);
+            pod.write(&record)
+                .map_err(Error::io("writing state in", pod.path()))?;
+            claimed.records.push(record);
+        }
+        Ok(claimed)
+    }
+
+    /// The VMIs this call sets up, by mode.
+    fn choose<'v>(&self, vmis: &'v [Vmi], files: &PodFiles) -> Result<Vec<Wanted<'v>>> {
+        match self.conf.contrail.mode {
+            Mode::Plugin => {
+                let network = &self.conf.network;
+                let at = Attachment {
+                    network,
+                    container_id: &self.env.container_id,
+                    ifname: &self.env.ifname,
+                };
+                let unresolved = |why| Error::NoVmi {
+                    vm_name: self.vm_name.clone(),
+                    network: network.clone(),
+                    why,
+                };
+                // Only a network attached more than once needs the agent's view to tell VMIs
+                // apart: asked under the pod's lock, after the pod was settled, so that it
+                // matches the files.
+                let vmi = vmi::resolve(at, vmis, &files.claims())
+                    .map_err(unresolved)?
+                    .take(|v| self.agent.is_registered(&v.vm_uuid, &v.uuid))
+                    .ok_or_else(|| {
+                        let count = vmis.iter().filter(|v| v.network == *network).count();
+                        unresolved(Unresolved::AllTaken { count })
+                    })?;
+                let wanted = vmi::for_attachment(vmis, vmi, &self.env.ifname);
+                log::debug!(
+                    "{} resolved to VMI {} (index {})",
+                    wanted.ifname,
+                    wanted.vmi.uuid,
+                    wanted.vmi.index
+                );
+                Ok(vec![wanted])
+            }
+            #[cfg(feature = "thick")]
+            Mode::Thick => vmi::for_pod(vmis, &self.env.ifname).map_err(Error::Interface),
+        }
+    }
+
+    /// The interfaces, registrations, IP configurations, addresses and routes of the claims.
+    fn attach(&mut self, records: &[Record], made: &mut Made) -> Result<Outcome> {
+        let mtu = self.conf.contrail.mtu;
+        for r in records {
+            self.links.create(&self.state, r, mtu, &self.netns)?;
+            made.links.push(r.clone());
+        }
+        crate::crash::point("veth");
+        made.registered = true;
+        for r in records {
+            self.agent.register(&r.port())?;
+        }
+        crate::crash::point("registered");
+        let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
+        let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
+        let ips = self.agent.wait_for_ips(vm_uuid, &uuids)?;
+        crate::crash::point("ip");
+        let specs = records
+            .iter()
+            .zip(&ips)
+            .map(|(r, ip)| interface::describe(r, ip, mtu))
+            .collect::<Result<Vec<Spec>>>()?;
+        let mut outcomes = Vec::with_capacity(specs.len());
+        for (spec, r) in specs.iter().zip(records) {
+            let defaults = links::configure(&mut self.ctr, spec)?;
+            let host_mac = self.links.host_side(r)?.and_then(|l| l.mac);
+            outcomes.push(spec.outcome(host_mac, &defaults));
+        }
+        crate::crash::point("addressed");
+        self.still_held(records)?;
+        outcomes.into_iter().next().ok_or_else(|| Error::NoVmi {
+            vm_name: self.vm_name.clone(),
+            network: self.conf.network.clone(),
+            why: Unresolved::NoVmis,
+        })
+    }
+
+    /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
+    /// ADD is undone rather than leave an interface no record knows.
+    fn still_held(&self, records: &[Record]) -> Result<()> {
+        let pod = teardown::open(&self.agent, &self.state, &self.vm_name)?;
+        let held = pod
+            .files()
+            .map_err(Error::io("reading", pod.path()))?
+            .records;
+        teardown::close(pod)?;
+        match records.iter().find(|r| !held.contains(r)) {
+            Some(gone) => Err(Error::Interface(Conflict::TakenOver {
+                ifname: gone.ifname.clone(),
+            })),
+            None => Ok(()),
+        }
+    }
+
+    /// Undoes what this call made, keeping going after a failure: `error` with every failure of
+    /// the rollback. What another sandbox took over meanwhile is no longer this call's.
+    fn undo(&mut self, claimed: &Claimed, made: &Made, error: Error) -> Error {
+        log::warn!("ADD failed, rolling back: {error}");
+        let registered = if made.registered || claimed.took_over {
+            Registered::Maybe
+        } else {
+            Registered::No
+        };
+        let failed = match teardown::open(&self.agent, &self.state, &self.vm_name) {
+            Err(e) => vec![e],
+            Ok(mut pod) => {
+                let files = pod.files().unwrap_or_default();
+                let ours = |r: &&Record| {
+                    !files
+                        .records
+                        .iter()
+                        .chain(&files.reserved)
+                        .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
+                };
+                let links: Vec<Record> = made.links.iter().filter(ours).cloned().collect();
+                let claims: Vec<Record> = claimed.records.iter().filter(ours).cloned().collect();
+                let mut failed = teardown::undo(
+                    &self.agent,
+                    &mut self.links,
+                    &mut pod,
+                    &links,
+                    &claims,
+                    registered,
+                );
+                failed.extend(teardown::close(pod).err());
+                failed
+            }
+        };
+        for e in &failed {
+            log::warn!("rollback: {e}");
+        }
+        Error::with_also(error, failed, During::Rollback)
+    }
+}
+
+/// The state record of one attachment: the agent's POST /vm body plus ours.
+fn record(env: &Env, vm_name: &str, w: &Wanted) -> Record {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let vmi = w.vmi;
+    Record {
+        time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
+        container_id: env.container_id.clone(),
+        vm_uuid: vmi.vm_uuid.clone(),
+        vm_name: vm_name.to_string(),
+        host_ifname: names::host_ifname(&vmi.uuid),
+        ifname: w.ifname.clone(),
+        netns: env.netns.clone(),
+        vn_uuid: vmi.vn_uuid.clone(),
+        vmi_uuid: vmi.uuid.clone(),
+        state_version: STATE_VERSION.to_string(),
+        network: vmi.network.clone(),
+        mac: vmi.mac.to_string(),
+        default_gw: w.default_gw,
+    }
+}
+
+/// Runtimes and meta-plugins may ask for an IP or MAC; Contrail allocates both, so a request
+/// is logged and ignored (documented in the README), never silently honoured in part.
+fn warn_about_requests(conf: &NetConf, env: &Env) {
+    let sources = [
+        ("runtimeConfig", conf.runtime_config.as_ref()),
+        (
+            "args.cni",
+            conf.args
+                .as_ref()
+                .and_then(|a| a.get("cni"))
+                .and_then(Value::as_object),
+        ),
+    ];
+    for (section, value) in sources {
+        for key in ["ips", "mac"] {
+            if let Some(v) = value.and_then(|r| r.get(key)) {
+                let v = v.to_string();
+                log::warn!(
+                    "ignoring {section}.{key} {}: Contrail allocates addresses and MACs",
+                    Shown(&v)
+                );
+            }
+        }
+    }
+    for kv in env
+        .args
+        .split(';')
+        .filter(|kv| kv.starts_with("IP=") || kv.starts_with("MAC="))
+    {
+        log::warn!(
+            "ignoring CNI_ARGS {}: Contrail allocates addresses and MACs",
+            Shown(kv)
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! One CNI call on a pod's attachments: its inputs, which attachments it is about (by mode), and
+//! where their state is. `add`, `del` and `check` are built on it.
+
+use std::path::Path;
+
+use crate::cni::Env;
+use crate::config::{Mode, NetConf};
+use crate::error::{Error, Result};
+use crate::netlink::Netns;
+use crate::pod::Pod;
+use crate::state::{Lock, PodFiles, Record, StateDir};
+
+/// One CNI call's inputs, and what it acted on.
+pub struct Call<'a> {
+    pub env: &'a Env,
+    pub conf: &'a NetConf,
+    pub pod: Option<&'a Pod>,
+    /// The VMIs the call acted on, for its log line.
+    pub vmis: Vec<String>,
+}
+
+/// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
+pub(crate) fn scope(mode: Mode, ifname: &str) -> Option<&str> {
+    match mode {
+        Mode::Plugin => Some(ifname),
+        #[cfg(feature = "thick")]
+        Mode::Thick => None,
+    }
+}
+
+/// This call's attachments and reservations in a pod.
+pub(crate) struct Ours {
+    pub records: Vec<Record>,
+    pub reserved: Vec<Record>,
+}
+
+impl Call<'_> {
+    /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
+    /// plugin mode, every one in thick mode.
+    pub(crate) fn ifname(&self) -> Option<&str> {
+        scope(self.conf.contrail.mode, &self.env.ifname)
+    }
+
+    /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
+    pub(crate) fn lock(&self, state: &StateDir, vm_name: &str) -> Result<Lock> {
+        let ifname = self.ifname().unwrap_or("");
+        state
+            .lock_attachment(vm_name, &self.env.container_id, ifname)
+            .map_err(Error::io("locking the attachment in", state.path()))
+    }
+
+    fn covers(&self, r: &Record) -> bool {
+        r.container_id == self.env.container_id && self.ifname().is_none_or(|i| r.ifname == i)
+    }
+
+    /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
+    /// else the one holding them (a DEL from a caller that sends no pod name). `None` when
+    /// there is nothing to act on.
+    pub(crate) fn locate(&self) -> Result<Option<(StateDir, String)>> {
+        let dir = &self.conf.contrail.config_dir;
+        let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
+            return Ok(None);
+        };
+        let vm_name = match self.pod {
+            Some(p) => p.vm_name(&self.conf.contrail.cluster_name),
+            None => match state
+                .find_pod(&self.env.container_id, self.ifname())
+                .map_err(Error::io("searching", dir))?
+            {
+                Some(name) => name,
+                None => return Ok(None),
+            },
+        };
+        Ok(Some((state, vm_name)))
+    }
+
+    /// This call's attachments and reservations among a pod's files (older sandboxes' are left
+    /// alone), noted for the log line.
+    pub(crate) fn ours(&mut self, files: PodFiles) -> Ours {
+        let records: Vec<Record> = files
+            .records
+            .into_iter()
+            .filter(|r| self.covers(r))
+            .collect();
+        let reserved: Vec<Record> = files
+            .reserved
+            .into_iter()
+            .filter(|r| self.covers(r))
+            .collect();
+        for r in records.iter().chain(&reserved) {
+            if !self.vmis.contains(&r.vmi_uuid) {
+                self.vmis.push(r.vmi_uuid.clone());
+            }
+        }
+        Ours { records, reserved }
+    }
+}
+
+/// The pod's network namespace (`CNI_NETNS`), opened once.
+pub(crate) fn open_netns(path: &str) -> Result<Netns> {
+    Netns::open(Path::new(path))
+        .map_err(|e| Error::env("CNI_NETNS", format!("cannot open {path}: {e}")))
+}

@@ -1,0 +1,80 @@
+//! CHECK: each attachment of the call is as ADD left it (compared with its description, see
+//! [`interface`]), the runtime's `prevResult` lists nothing it lacks, and the agent still has
+//! its port under this node's host interface with an IP configuration.
+
+use crate::agent::{Agent, Poll};
+use crate::call::{Call, open_netns};
+use crate::error::{Error, Result};
+use crate::interface::{self, Mismatch};
+use crate::links::{self, Links};
+use crate::netlink::Socket;
+use crate::state::Record;
+use crate::teardown;
+use crate::vmi::IpConfig;
+
+pub fn check(call: &mut Call) -> Result<()> {
+    let not_recorded = |call: &Call| Mismatch::NotRecorded {
+        container_id: call.env.container_id.clone(),
+        ifname: call.ifname().map(str::to_string),
+    };
+    let Some((state, vm_name)) = call.locate()? else {
+        return Err(not_recorded(call).into());
+    };
+    if !state
+        .has_pod(&vm_name)
+        .map_err(Error::io("reading", state.path()))?
+    {
+        return Err(not_recorded(call).into());
+    }
+    let contrail = &call.conf.contrail;
+    let agent = Agent::new(contrail);
+    let pod = teardown::open(&agent, &state, &vm_name)?;
+    let ours = call.ours(pod.files().map_err(Error::io("reading", pod.path()))?);
+    teardown::close(pod)?;
+    if let Some(r) = ours.reserved.first() {
+        return Err(Mismatch::Failed {
+            ifname: r.ifname.clone(),
+            vmi: r.vmi_uuid.clone(),
+        }
+        .into());
+    }
+    if ours.records.is_empty() {
+        return Err(not_recorded(call).into());
+    }
+    let netns = open_netns(&call.env.netns)?;
+    let (mut links, mut ctr) = (Links::new(contrail)?, Socket::open(&netns)?);
+    for r in &ours.records {
+        let ip = registered(&agent, r)?;
+        let spec = interface::describe(r, &ip, contrail.mtu)?;
+        let seen = links::observe(&mut links, &mut ctr, r)?;
+        spec.verify(&seen)?;
+        if let Some(prev) = &call.conf.prev_result {
+            interface::verify_listed(prev, &spec, &seen)?;
+        }
+    }
+    Ok(())
+}
+
+/// The agent's IP configuration of the record's VMI, registered under its host interface. A
+/// busy agent is asked again within the call's deadline; a 404 is the answer.
+fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
+    let ip = agent
+        .poll(
+            &format!("the IP configuration of VMI {}", r.vmi_uuid),
+            |agent, t| agent.ip_config(&r.vm_uuid, &r.vmi_uuid, t).map(Poll::Ready),
+        )?
+        .ok_or_else(|| Mismatch::NotRegistered {
+            vmi: r.vmi_uuid.clone(),
+            vm_name: r.vm_name.clone(),
+            host_ifname: r.host_ifname.clone(),
+        })?;
+    if ip.registered_as.as_deref() != Some(r.host_ifname.as_str()) {
+        return Err(Mismatch::RegisteredAs {
+            vmi: r.vmi_uuid.clone(),
+            has: ip.registered_as,
+            host_ifname: r.host_ifname.clone(),
+        }
+        .into());
+    }
+    Ok(ip)
+}

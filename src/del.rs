@@ -1,0 +1,62 @@
+//! DEL: the call's attachments (the one on CNI_IFNAME, or the sandbox's in thick mode), their
+//! interfaces, files and registrations, and their reservations. Nothing recorded for them (a
+//! repeated DEL, an older sandbox's late DEL, a netns already gone) is success.
+
+use crate::agent::Agent;
+use crate::call::Call;
+use crate::error::{Error, Result};
+use crate::links::Links;
+use crate::state::{Lock, StateDir};
+use crate::teardown;
+
+/// DEL. An ADD of the same attachment still running (its runtime gave up on it) is first asked
+/// to stop, then waited for: it may be killed before its rollback, and what it built is then
+/// this DEL's to remove.
+pub fn del(call: &mut Call) -> Result<()> {
+    let Some((state, vm_name)) = call.locate()? else {
+        return Ok(());
+    };
+    let lock = lock_stopping_an_add(call, &state, &vm_name)?;
+    let removed = remove(call, &state, &vm_name);
+    if let Err(e) = lock.clear_stop().and_then(|()| lock.remove()) {
+        log::warn!("removing the attachment's lock: {e}");
+    }
+    removed
+}
+
+/// The attachment's lock; when an ADD holds it, that ADD is asked to stop first.
+fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &str) -> Result<Lock> {
+    let (cid, ifname) = (&call.env.container_id, call.ifname().unwrap_or(""));
+    let locking = || Error::io("locking the attachment in", state.path());
+    match state
+        .try_lock_attachment(vm_name, cid, ifname)
+        .map_err(locking())?
+    {
+        Some(lock) => Ok(lock),
+        None => {
+            log::info!("an ADD of this attachment is running: asking it to stop");
+            state
+                .stop_attachment(vm_name, cid, ifname)
+                .map_err(locking())?;
+            call.lock(state, vm_name)
+        }
+    }
+}
+
+/// DEL under the attachment's lock.
+fn remove(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
+    if !state
+        .has_pod(vm_name)
+        .map_err(Error::io("reading", state.path()))?
+    {
+        return Ok(());
+    }
+    let contrail = &call.conf.contrail;
+    let agent = Agent::new(contrail);
+    let mut pod = teardown::open(&agent, state, vm_name)?;
+    let ours = call.ours(pod.files().map_err(Error::io("reading", pod.path()))?);
+    let mut links = Links::new(contrail)?;
+    let removed = teardown::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
+    teardown::close(pod)?;
+    removed
+}

@@ -1,0 +1,700 @@
+//! What one attachment's interface must look like, described once, from its record (the VMI and
+//! the names), the agent's IP configuration and the MTU: ADD applies the description, CHECK
+//! compares the kernel (and the runtime's `prevResult`) with it, the result is made from it.
+//! Pure: the kernel's state comes in as [`Seen`], gathered by the caller.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+use serde_json::{Map, Value};
+
+use crate::cni::{self, Interface, Outcome};
+use crate::error::{Error, Result};
+use crate::netlink::Route;
+use crate::state::Record;
+use crate::vmi::{IpConfig, Mac};
+
+/// One attachment's interface, as ADD makes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// Its name in the pod, and the pod's netns path.
+    pub ifname: String,
+    pub netns: String,
+    /// The host side's name.
+    pub host_ifname: String,
+    pub mac: Mac,
+    pub mtu: u32,
+    /// Each address with its family's gateway.
+    pub addresses: Vec<(IpNetwork, Option<IpAddr>)>,
+    /// On-link host routes to gateways outside their address's prefix (an IPv6 /128 always).
+    pub on_link: Vec<IpNetwork>,
+    /// The pod's default routes, when this interface carries them: (destination, gateway).
+    pub defaults: Vec<(IpNetwork, IpAddr)>,
+    pub nameservers: Vec<String>,
+}
+
+/// The IPv6 minimum MTU (RFC 8200).
+const IPV6_MIN_MTU: u32 = 1280;
+
+/// The interface of `record` with the agent's IP configuration `ip` and `mtu`. An IPv6 network
+/// needs 1280 bytes: refused here, before anything is configured, rather than later with a bare
+/// EINVAL.
+pub fn describe(record: &Record, ip: &IpConfig, mtu: u32) -> Result<Spec> {
+    if ip.v6.is_some() && mtu < IPV6_MIN_MTU {
+        return Err(Error::config(
+            "contrail.mtu",
+            format!(
+                "{mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum, and interface {} gets an IPv6 \
+                 address",
+                record.ifname
+            ),
+        ));
+    }
+    let addresses: Vec<(IpNetwork, Option<IpAddr>)> = [
+        ip.v4
+            .map(|a| (IpNetwork::V4(a), ip.v4_gateway.map(IpAddr::V4))),
+        ip.v6
+            .map(|a| (IpNetwork::V6(a), ip.v6_gateway.map(IpAddr::V6))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let on_link = addresses
+        .iter()
+        .filter_map(|(net, gw)| gw.filter(|gw| !net.contains(*gw)).map(IpNetwork::from))
+        .collect();
+    let defaults = if record.default_gw {
+        addresses
+            .iter()
+            .filter_map(|(_, gw)| *gw)
+            .map(|gw| (default_dst(gw.is_ipv6()), gw))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Spec {
+        ifname: record.ifname.clone(),
+        netns: record.netns.clone(),
+        host_ifname: record.host_ifname.clone(),
+        // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
+        mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
+        mtu,
+        addresses,
+        on_link,
+        defaults,
+        nameservers: ip.nameservers(),
+    })
+}
+
+fn default_dst(v6: bool) -> IpNetwork {
+    let any = if v6 {
+        IpAddr::from([0u16; 8])
+    } else {
+        IpAddr::from([0u8; 4])
+    };
+    IpNetwork::new(any, 0).expect("a /0 of the unspecified address")
+}
+
+/// What the kernel shows of one link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSeen {
+    pub index: u32,
+    pub mac: Option<Mac>,
+    pub mtu: u32,
+    pub up: bool,
+}
+
+/// What the kernel shows of an attachment: its link in the pod with that link's addresses, the
+/// pod's routes (both families), and its host side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub link: Option<LinkSeen>,
+    pub addresses: Vec<IpNetwork>,
+    pub routes: Vec<Route>,
+    pub host: Option<LinkSeen>,
+}
+
+/// How an attachment differs from what ADD made (CHECK's code 103).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// No attachment of this container (on this interface) is recorded.
+    NotRecorded {
+        container_id: String,
+        ifname: Option<String>,
+    },
+    /// The attachment's ADD failed: it holds its VMI but has no interface.
+    Failed {
+        ifname: String,
+        vmi: String,
+    },
+    /// The agent has no IP configuration for the VMI (it lost the port, or the network has no
+    /// IPAM).
+    NotRegistered {
+        vmi: String,
+        vm_name: String,
+        host_ifname: String,
+    },
+    /// The agent has the VMI under another host interface.
+    RegisteredAs {
+        vmi: String,
+        has: Option<String>,
+        host_ifname: String,
+    },
+    /// An interface is gone.
+    Missing {
+        ifname: String,
+        place: String,
+    },
+    Mac {
+        ifname: String,
+        has: String,
+        wants: Mac,
+    },
+    Mtu {
+        ifname: String,
+        has: u32,
+        wants: u32,
+    },
+    Down {
+        ifname: String,
+    },
+    Address {
+        ifname: String,
+        wants: IpNetwork,
+    },
+    Route {
+        ifname: String,
+        dst: IpNetwork,
+        gw: Option<IpAddr>,
+    },
+    /// The runtime's `prevResult` lists something this attachment does not have.
+    Listed {
+        what: String,
+    },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::NotRecorded {
+                container_id,
+                ifname,
+            } => {
+                let on = ifname
+                    .as_ref()
+                    .map(|i| format!(" interface {i}"))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "no attachment is recorded for container {container_id}{on}"
+                )
+            }
+            Mismatch::Failed { ifname, vmi } => write!(
+                f,
+                "the ADD of {ifname} failed: it holds VMI {vmi} but has no interface; retry the \
+                 ADD or DEL it"
+            ),
+            Mismatch::NotRegistered {
+                vmi,
+                vm_name,
+                host_ifname,
+            } => write!(
+                f,
+                "the agent has no IP configuration for VMI {vmi} of pod {vm_name}, which this \
+                 node registered as {host_ifname}: the agent lost the port or its network has \
+                 no IPAM"
+            ),
+            Mismatch::RegisteredAs {
+                vmi,
+                has,
+                host_ifname,
+            } => write!(
+                f,
+                "the agent has VMI {vmi} registered as {:?}, not {host_ifname}",
+                has.as_deref().unwrap_or("nothing")
+            ),
+            Mismatch::Missing { ifname, place } => {
+                write!(f, "interface {ifname} is missing from {place}")
+            }
+            Mismatch::Mac { ifname, has, wants } => {
+                write!(
+                    f,
+                    "interface {ifname} has MAC {has}, the agent says {wants}"
+                )
+            }
+            Mismatch::Mtu { ifname, has, wants } => {
+                write!(
+                    f,
+                    "interface {ifname} has MTU {has}, the config says {wants}"
+                )
+            }
+            Mismatch::Down { ifname } => write!(f, "interface {ifname} is down"),
+            Mismatch::Address { ifname, wants } => {
+                write!(f, "interface {ifname} lacks address {wants}")
+            }
+            Mismatch::Route { ifname, dst, gw } => match gw {
+                Some(gw) => write!(f, "the route to {dst} via {gw} on {ifname} is missing"),
+                None => write!(f, "the route to {dst} on {ifname} is missing"),
+            },
+            Mismatch::Listed { what } => write!(f, "prevResult lists {what}"),
+        }
+    }
+}
+
+impl From<Mismatch> for Error {
+    fn from(m: Mismatch) -> Error {
+        Error::Check(m)
+    }
+}
+
+impl Spec {
+    /// The default routes to add: the wanted ones whose destination no other interface of the
+    /// pod has a route for already (calico's eth0 under CNI-Genie keeps the pod's default).
+    pub fn defaults_to_add(&self, routes: &[Route], ours: u32) -> Vec<(IpNetwork, IpAddr)> {
+        self.defaults
+            .iter()
+            .filter(|(dst, _)| other_default(routes, *dst, ours).is_none())
+            .copied()
+            .collect()
+    }
+
+    /// The CNI result for this interface with the host side's MAC and the default routes that
+    /// were added.
+    pub fn outcome(&self, host_mac: Option<Mac>, defaults: &[(IpNetwork, IpAddr)]) -> Outcome {
+        Outcome {
+            interfaces: vec![
+                Interface {
+                    name: self.host_ifname.clone(),
+                    mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
+                    mtu: self.mtu,
+                    sandbox: None,
+                },
+                Interface {
+                    name: self.ifname.clone(),
+                    mac: self.mac.to_string(),
+                    mtu: self.mtu,
+                    sandbox: Some(self.netns.clone()),
+                },
+            ],
+            ips: self
+                .addresses
+                .iter()
+                .map(|(address, gateway)| cni::IpConfig {
+                    address: *address,
+                    gateway: *gateway,
+                    interface: 1,
+                })
+                .collect(),
+            routes: defaults
+                .iter()
+                .map(|(dst, gw)| cni::Route {
+                    dst: *dst,
+                    gw: Some(*gw),
+                })
+                .collect(),
+            nameservers: self.nameservers.clone(),
+        }
+    }
+
+    /// Whether the kernel still has what ADD made; the first difference otherwise.
+    pub fn verify(&self, seen: &Seen) -> std::result::Result<(), Mismatch> {
+        let ifname = || self.ifname.clone();
+        let link = seen.link.as_ref().ok_or_else(|| Mismatch::Missing {
+            ifname: ifname(),
+            place: self.netns.clone(),
+        })?;
+        if link.mac != Some(self.mac) {
+            return Err(Mismatch::Mac {
+                ifname: ifname(),
+                has: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+                wants: self.mac,
+            });
+        }
+        if link.mtu != self.mtu {
+            return Err(Mismatch::Mtu {
+                ifname: ifname(),
+                has: link.mtu,
+                wants: self.mtu,
+            });
+        }
+        if !link.up {
+            return Err(Mismatch::Down { ifname: ifname() });
+        }
+        if let Some((wants, _)) = self
+            .addresses
+            .iter()
+            .find(|(a, _)| !seen.addresses.contains(a))
+        {
+            return Err(Mismatch::Address {
+                ifname: ifname(),
+                wants: *wants,
+            });
+        }
+        for dst in &self.on_link {
+            let found = seen
+                .routes
+                .iter()
+                .any(|r| r.dst == *dst && r.gateway.is_none() && r.oif == Some(link.index));
+            if !found {
+                return Err(Mismatch::Route {
+                    ifname: ifname(),
+                    dst: *dst,
+                    gw: None,
+                });
+            }
+        }
+        for (dst, gw) in &self.defaults {
+            let ours = seen
+                .routes
+                .iter()
+                .any(|r| r.dst == *dst && r.gateway == Some(*gw) && r.oif == Some(link.index));
+            // Another plugin's interface may hold the pod's default route (see
+            // `defaults_to_add`).
+            if !ours && other_default(&seen.routes, *dst, link.index).is_none() {
+                return Err(Mismatch::Route {
+                    ifname: ifname(),
+                    dst: *dst,
+                    gw: Some(*gw),
+                });
+            }
+        }
+        let host = seen.host.as_ref().ok_or_else(|| Mismatch::Missing {
+            ifname: self.host_ifname.clone(),
+            place: "the host".into(),
+        })?;
+        if host.mtu != self.mtu {
+            return Err(Mismatch::Mtu {
+                ifname: self.host_ifname.clone(),
+                has: host.mtu,
+                wants: self.mtu,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The interface index of a route to `dst` on another interface than `ours`.
+fn other_default(routes: &[Route], dst: IpNetwork, ours: u32) -> Option<u32> {
+    routes
+        .iter()
+        .filter(|r| r.dst == dst)
+        .filter_map(|r| r.oif)
+        .find(|oif| *oif != ours)
+}
+
+/// What a runtime's `prevResult` says of one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Listed {
+    name: String,
+    mac: Option<String>,
+    mtu: Option<u32>,
+    sandbox: Option<String>,
+    /// The addresses listed for it (`ips[].interface` is its index).
+    addresses: Vec<IpNetwork>,
+}
+
+/// The interfaces and addresses of a `prevResult` (what CHECK must find, CNI spec "CHECK").
+/// Entries this plugin cannot read are reported, not skipped.
+fn listed(prev: &Map<String, Value>) -> std::result::Result<Vec<Listed>, Mismatch> {
+    let unreadable = |what: &str| Mismatch::Listed {
+        what: format!("{what} that cannot be read"),
+    };
+    let list = |key: &str| {
+        prev.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for i in list("interfaces") {
+        let s = |k: &str| i.get(k).and_then(Value::as_str).map(str::to_string);
+        out.push(Listed {
+            name: s("name").ok_or_else(|| unreadable("an interface"))?,
+            mac: s("mac").filter(|m| !m.is_empty()),
+            mtu: i.get("mtu").and_then(Value::as_u64).map(|m| m as u32),
+            sandbox: s("sandbox").filter(|s| !s.is_empty()),
+            addresses: Vec::new(),
+        });
+    }
+    for ip in list("ips") {
+        let address: IpNetwork = ip
+            .get("address")
+            .and_then(Value::as_str)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| unreadable("an IP"))?;
+        if let Some(i) = ip.get("interface").and_then(Value::as_u64) {
+            let entry = out.get_mut(i as usize).ok_or_else(|| unreadable("an IP"))?;
+            entry.addresses.push(address);
+        }
+    }
+    Ok(out)
+}
+
+/// CHECK against the runtime's `prevResult`: every interface it lists under this attachment's
+/// names (the container side in its sandbox, the host side) must be there as listed, with the
+/// addresses listed for it. Other plugins' entries in a chain are theirs to check.
+pub fn verify_listed(
+    prev: &Map<String, Value>,
+    spec: &Spec,
+    seen: &Seen,
+) -> std::result::Result<(), Mismatch> {
+    for l in listed(prev)? {
+        let (link, place) = if l.name == spec.ifname && l.sandbox.as_deref() == Some(&spec.netns) {
+            (seen.link.as_ref(), spec.netns.as_str())
+        } else if l.name == spec.host_ifname && l.sandbox.is_none() {
+            (seen.host.as_ref(), "the host")
+        } else {
+            continue;
+        };
+        let what = |thing: String| Mismatch::Listed {
+            what: format!("{thing}, which {place} lacks"),
+        };
+        let link = link.ok_or_else(|| what(format!("interface {}", l.name)))?;
+        if let Some(mac) = &l.mac {
+            let has = link.mac.map(|m| m.to_string());
+            if Mac::parse(mac).map(|m| m.to_string()) != has {
+                return Err(what(format!("interface {} with MAC {mac}", l.name)));
+            }
+        }
+        if let Some(mtu) = l.mtu.filter(|m| *m != link.mtu) {
+            return Err(what(format!("interface {} with MTU {mtu}", l.name)));
+        }
+        let addresses: &[IpNetwork] = if l.sandbox.is_some() {
+            &seen.addresses
+        } else {
+            &[]
+        };
+        if let Some(a) = l.addresses.iter().find(|a| !addresses.contains(a)) {
+            return Err(what(format!("address {a} on interface {}", l.name)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(default_gw: bool) -> Record {
+        serde_json::from_value(
+            json!({"vm-id": "c", "vm-uuid": "u", "vm-name": "k8s__ns__p",
+            "host-ifname": "tap000000000001", "vm-ifname": "net1", "vm-namespace": "/run/netns/x",
+            "vn-uuid": "v", "vmi-uuid": "i", "mac-address": "02:00:00:00:00:01",
+            "default-gw": if default_gw { "true" } else { "false" }}),
+        )
+        .unwrap()
+    }
+
+    fn ip(v4: Option<&str>, v4gw: Option<&str>, v6: Option<&str>, v6gw: Option<&str>) -> IpConfig {
+        IpConfig {
+            v4: v4.map(|s| s.parse().unwrap()),
+            v4_gateway: v4gw.map(|s| s.parse().unwrap()),
+            v4_dns: None,
+            v6: v6.map(|s| s.parse().unwrap()),
+            v6_gateway: v6gw.map(|s| s.parse().unwrap()),
+            v6_dns: None,
+            mac: Mac([2, 0, 0, 0, 0, 9]),
+            registered_as: None,
+        }
+    }
+
+    fn net(s: &str) -> IpNetwork {
+        s.parse().unwrap()
+    }
+
+    fn dual() -> IpConfig {
+        ip(
+            Some("10.1.0.3/24"),
+            Some("10.1.0.1"),
+            Some("fd00::3/128"),
+            Some("fd00::1"),
+        )
+    }
+
+    #[test]
+    fn a_secondary_network_gets_no_default_route() {
+        let s = describe(
+            &record(false),
+            &ip(Some("10.1.0.3/24"), Some("10.1.0.1"), None, None),
+            1500,
+        )
+        .unwrap();
+        assert!(s.on_link.is_empty() && s.defaults.is_empty());
+        assert_eq!(s.mac, Mac([2, 0, 0, 0, 0, 1]), "the record's MAC");
+    }
+
+    #[test]
+    fn the_default_gw_interface_gets_both_families() {
+        let s = describe(&record(true), &dual(), 1500).unwrap();
+        // A /128 never contains its gateway: reached on-link.
+        assert_eq!(s.on_link, [net("fd00::1/128")]);
+        assert_eq!(
+            s.defaults,
+            [
+                (net("0.0.0.0/0"), "10.1.0.1".parse().unwrap()),
+                (net("::/0"), "fd00::1".parse().unwrap())
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ipv4_host_route_and_an_ipv6_prefix() {
+        let s = describe(
+            &record(false),
+            &ip(
+                Some("10.1.0.3/32"),
+                Some("10.1.0.1"),
+                Some("fd00::3/64"),
+                Some("fd00::1"),
+            ),
+            1500,
+        )
+        .unwrap();
+        assert_eq!(s.on_link, [net("10.1.0.1/32")]);
+    }
+
+    #[test]
+    fn ipv6_needs_1280() {
+        let v6 = ip(None, None, Some("fd00::3/64"), None);
+        let e = describe(&record(false), &v6, 1279).unwrap_err();
+        assert_eq!(e.code(), crate::error::code::INVALID_CONFIG);
+        assert!(describe(&record(false), &v6, 1280).is_ok());
+        assert!(
+            describe(
+                &record(false),
+                &ip(Some("10.1.0.3/24"), None, None, None),
+                576
+            )
+            .is_ok()
+        );
+    }
+
+    fn route(dst: &str, gw: Option<&str>, oif: u32) -> Route {
+        Route {
+            dst: net(dst),
+            gateway: gw.map(|g| g.parse().unwrap()),
+            oif: Some(oif),
+        }
+    }
+
+    /// The kernel as ADD leaves it, on link 7 and host link 3.
+    fn as_added(s: &Spec) -> Seen {
+        let mut routes = vec![route("fd00::1/128", None, 7)];
+        routes.extend(s.defaults.iter().map(|(d, g)| Route {
+            dst: *d,
+            gateway: Some(*g),
+            oif: Some(7),
+        }));
+        Seen {
+            link: Some(LinkSeen {
+                index: 7,
+                mac: Some(s.mac),
+                mtu: s.mtu,
+                up: true,
+            }),
+            addresses: s.addresses.iter().map(|(a, _)| *a).collect(),
+            routes,
+            host: Some(LinkSeen {
+                index: 3,
+                mac: Some(Mac([6, 0, 0, 0, 0, 3])),
+                mtu: s.mtu,
+                up: true,
+            }),
+        }
+    }
+
+    #[test]
+    fn verify_finds_each_difference() {
+        let s = describe(&record(true), &dual(), 1400).unwrap();
+        let good = as_added(&s);
+        assert_eq!(s.verify(&good), Ok(()));
+        type Break = Box<dyn Fn(&mut Seen)>;
+        let cases: Vec<(Break, &str)> = vec![
+            (Box::new(|k| k.link = None), "missing from /run/netns/x"),
+            (
+                Box::new(|k| k.link.as_mut().unwrap().mac = Some(Mac([2, 0, 0, 0, 0, 2]))),
+                "MAC 02:00:00:00:00:02",
+            ),
+            (
+                Box::new(|k| k.link.as_mut().unwrap().mtu = 1500),
+                "MTU 1500",
+            ),
+            (
+                Box::new(|k| k.host.as_mut().unwrap().mtu = 1500),
+                "tap000000000001 has MTU 1500",
+            ),
+            (Box::new(|k| k.link.as_mut().unwrap().up = false), "is down"),
+            (
+                Box::new(|k| {
+                    k.addresses.remove(1);
+                }),
+                "lacks address fd00::3/128",
+            ),
+            (
+                Box::new(|k| {
+                    k.routes.remove(0);
+                }),
+                "route to fd00::1/128 on net1",
+            ),
+            (
+                Box::new(|k| {
+                    k.routes.remove(1);
+                }),
+                "route to 0.0.0.0/0 via 10.1.0.1",
+            ),
+            (
+                Box::new(|k| k.host = None),
+                "tap000000000001 is missing from the host",
+            ),
+        ];
+        for (break_it, words) in cases {
+            let mut seen = good.clone();
+            break_it(&mut seen);
+            let m = s.verify(&seen).unwrap_err();
+            assert!(m.to_string().contains(words), "{words}: {m}");
+        }
+        // Another interface holding the pod's default route is fine (calico's eth0).
+        let mut seen = good.clone();
+        seen.routes
+            .retain(|r| r.dst.prefix() != 0 || r.dst.is_ipv6());
+        seen.routes.push(route("0.0.0.0/0", Some("10.9.0.1"), 2));
+        assert_eq!(s.verify(&seen), Ok(()));
+        assert_eq!(s.defaults_to_add(&seen.routes, 7), [s.defaults[1]]);
+    }
+
+    #[test]
+    fn prev_result_entries_must_be_there_as_listed() {
+        let s = describe(&record(false), &dual(), 1400).unwrap();
+        let seen = as_added(&s);
+        let result = s
+            .outcome(seen.host.as_ref().unwrap().mac, &[])
+            .to_json(cni::Version::V110);
+        let prev = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(verify_listed(&prev(result.clone()), &s, &seen), Ok(()));
+        let broken: [(&str, Value); 5] = [
+            ("/interfaces/1/mac", json!("02:00:00:00:00:99")),
+            ("/interfaces/1/mtu", json!(9000)),
+            ("/interfaces/0/mac", json!("06:00:00:00:00:99")),
+            ("/ips/0/address", json!("10.1.0.99/24")),
+            ("/ips/1/interface", json!(7)),
+        ];
+        for (at, value) in broken {
+            let mut r = result.clone();
+            *r.pointer_mut(at).unwrap() = value.clone();
+            let m = verify_listed(&prev(r), &s, &seen).unwrap_err();
+            assert!(matches!(m, Mismatch::Listed { .. }), "{at}={value}: {m}");
+        }
+        let mut gone = seen.clone();
+        gone.link = None;
+        assert!(verify_listed(&prev(result.clone()), &s, &gone).is_err());
+        // Another plugin's interface in the chain is not ours to check.
+        let mut chained = result.clone();
+        chained["interfaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "eth9", "sandbox": "/run/netns/x"}));
+        assert_eq!(verify_listed(&prev(chained), &s, &seen), Ok(()));
+    }
+}

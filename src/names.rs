@@ -1,0 +1,75 @@
+//! Names the plugin derives: a VMI's host interface and an attachment's lock. Deterministic, so
+//! that a DEL, a crashed ADD's retry and GC find them again; short, as the kernel and the file
+//! system want them.
+
+/// FNV-1a over `bytes`: small and stable across versions and machines (names made with it
+/// outlive the process that made them).
+fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The host-side interface name of a VMI's veth: `tap` + 12 hex digits (48 bits) of a hash of
+/// the VMI uuid. Unique across pods and 15 bytes. A hash rather than a uuid prefix because
+/// kube-manager's time-based uuids of one pod share their leading digits; FNV-1a, then
+/// murmur3's finalizer so that uuids differing in one digit differ in every part of the name.
+pub fn host_ifname(vmi_uuid: &str) -> String {
+    let mut h = fnv1a(vmi_uuid.bytes());
+    for m in [0xff51_afd7_ed55_8ccd, 0xc4ce_b9fe_1a85_ec53] {
+        h = (h ^ (h >> 33)).wrapping_mul(m);
+    }
+    format!("tap{:012x}", (h ^ (h >> 33)) >> 16)
+}
+
+/// The MAC of a VMI's host end: fixed by the VMI (locally administered, unicast), so that an
+/// interface made again (a retried ADD) looks as the runtime's cached result says.
+pub(crate) fn host_mac(vmi_uuid: &str) -> [u8; 6] {
+    let h = fnv1a(vmi_uuid.bytes().chain(*b"/host-mac")).to_be_bytes();
+    [(h[0] & 0xfc) | 0x02, h[1], h[2], h[3], h[4], h[5]]
+}
+
+/// An attachment's lock file name: the pod's, then a hash of (container id, ifname). A
+/// collision only makes two calls wait for each other.
+pub(crate) fn attachment_lock(vm_name: &str, container_id: &str, ifname: &str) -> String {
+    let h = fnv1a(container_id.bytes().chain([0]).chain(ifname.bytes()));
+    format!("{vm_name}@{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_are_short_deterministic_and_distinct_for_sibling_uuids() {
+        let a = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964");
+        let b = host_ifname("b86ac068-cf0e-11e8-b196-002590aaa965");
+        assert_eq!(a.len(), 15);
+        assert!(a.starts_with("tap"));
+        // Siblings share no long run of the name.
+        assert!(a[3..9] != b[3..9] && a[9..] != b[9..], "{a} {b}");
+        assert_eq!(a, host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"));
+        assert!(crate::cni::check_ifname(&a).is_ok());
+    }
+
+    #[test]
+    fn host_macs_are_local_unicast_and_fixed_by_the_vmi() {
+        let a = host_mac("b86ac068-cf0e-11e8-b196-002590aaa964");
+        assert_eq!(a[0] & 0x03, 0x02, "locally administered, unicast: {a:02x?}");
+        assert_eq!(a, host_mac("b86ac068-cf0e-11e8-b196-002590aaa964"));
+        assert_ne!(a, host_mac("b86ac068-cf0e-11e8-b196-002590aaa965"));
+    }
+
+    #[test]
+    fn names_made_by_earlier_versions_are_found_again() {
+        // Links and locks outlive upgrades: these values were computed by 0.1.0.
+        assert_eq!(
+            host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"),
+            HOST_0_1_0
+        );
+        assert_eq!(attachment_lock("k8s__default__p", "c1", "net1"), LOCK_0_1_0);
+    }
+
+    const HOST_0_1_0: &str = "tap56dc21f0fa67";
+    const LOCK_0_1_0: &str = "k8s__default__p@3a9e2c666410a33d";
+}

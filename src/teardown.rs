@@ -1,0 +1,207 @@
+//! The one owner of the rule "the agent's registrations for a pod are exactly its attachments'
+//! state files", and of its crash safety. DEL, the rollback of a failed ADD, GC, the sweep and
+//! the resync of an interrupted call all go through here; nothing else renames or removes a
+//! state file or asks the agent to drop ports.
+//!
+//! The agent cannot deregister one VMI: `DELETE /vm/<vm-uuid>` drops every port of the pod,
+//! and the ones that stay are registered again from their files. So a release goes:
+//! 1. the interfaces (by host-side name: it works when the netns is gone); a record whose
+//!    interface cannot be deleted stays, for the next DEL;
+//! 2. each released file is renamed to its pending name (`.<vmi>.release`, or `.reserve` for a
+//!    failed ADD, whose attachment keeps its VMI): the file no longer explains a registration,
+//!    and says that one may be left. A rename needs no new space: this works on a full disk;
+//! 3. the pod's ports are dropped and the remaining attachments registered again;
+//! 4. the pending files are settled: a release goes, a reservation becomes `.reserved`.
+//!
+//! A kill or an agent that does not answer between 2 and 4 leaves the pending files, and the
+//! next call for the pod, GC or the sweep does 3 and 4 ([`open`]). A record the agent never
+//! heard of (an ADD that failed before `POST /vm`) skips 2 to 4.
+
+use std::collections::BTreeSet;
+
+use crate::agent::Agent;
+use crate::error::{Error, Result};
+use crate::links::Links;
+use crate::state::{PodDir, Record, StateDir, Then};
+
+/// Takes the pod's lock and finishes what an earlier call left pending (it was killed, or the
+/// agent did not answer it).
+pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<PodDir> {
+    let pod = state.lock_pod(vm_name).map_err(Error::io(
+        "locking pod state in",
+        &state.path().join(vm_name),
+    ))?;
+    settle(agent, &pod);
+    Ok(pod)
+}
+
+/// [`open`] unless a call holds the pod's lock now: GC and the sweep skip a pod a call is
+/// working on rather than wait for it.
+pub(crate) fn try_open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<Option<PodDir>> {
+    let pod = state.try_lock_pod(vm_name).map_err(Error::io(
+        "locking pod state in",
+        &state.path().join(vm_name),
+    ))?;
+    Ok(pod.inspect(|pod| settle(agent, pod)))
+}
+
+/// Ends a critical section on the pod: its directory goes when nothing is left in it.
+pub(crate) fn close(pod: PodDir) -> Result<()> {
+    let path = pod.path().to_path_buf();
+    pod.close().map_err(Error::io("removing", &path))
+}
+
+/// Whether the agent may have registrations of records being released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Registered {
+    /// They were registered, or may have been (`POST /vm` was sent, or an older sandbox's
+    /// claim was taken over).
+    Maybe,
+    /// Never: nothing to ask the agent.
+    No,
+}
+
+/// Removes a call's attachments (their interfaces, files and registrations) and its
+/// reservations. A record whose interface cannot be deleted keeps its file, for the next DEL;
+/// the first such failure is returned, every one logged.
+pub(crate) fn remove(
+    agent: &Agent,
+    links: &mut Links,
+    pod: &mut PodDir,
+    records: &[Record],
+    reserved: &[Record],
+) -> Result<()> {
+    let failed = delete_links(links, records);
+    crate::crash::point("unlinked");
+    let gone: Vec<Record> = records
+        .iter()
+        .filter(|r| !failed.iter().any(|(name, _)| *name == r.host_ifname))
+        .cloned()
+        .collect();
+    release(agent, pod, &gone, Then::Gone, Registered::Maybe)?;
+    for r in reserved {
+        pod.drop_reservation(&r.vmi_uuid)
+            .map_err(Error::io("removing state in", pod.path()))?;
+    }
+    if !reserved.is_empty() {
+        // A reservation still pending became a pending release.
+        settle(agent, pod);
+    }
+    match failed.into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Undoes a failed ADD: deletes the interfaces it created (`made`) and releases its `claims`,
+/// which stay the attachments' (reservations) so that no sibling takes their VMIs. Keeps going
+/// after a failure and returns every one.
+pub(crate) fn undo(
+    agent: &Agent,
+    links: &mut Links,
+    pod: &mut PodDir,
+    made: &[Record],
+    claims: &[Record],
+    registered: Registered,
+) -> Vec<Error> {
+    let mut failed: Vec<Error> = delete_links(links, made)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    failed.extend(release(agent, pod, claims, Then::Reserved, registered).err());
+    failed
+}
+
+/// Removes the records' interfaces; the ones that could not be removed, with why.
+fn delete_links(links: &mut Links, records: &[Record]) -> Vec<(String, Error)> {
+    let failed = links.remove(records);
+    for (name, e) in &failed {
+        log::warn!("could not delete {name}: {e}");
+    }
+    failed
+}
+
+/// Steps 2 to 4 for `gone`, whose interfaces are gone: renamed to pending, the agent brought in
+/// line, settled. The agent part is best effort: when it fails, the pending files stay for the
+/// next call.
+fn release(
+    agent: &Agent,
+    pod: &mut PodDir,
+    gone: &[Record],
+    then: Then,
+    registered: Registered,
+) -> Result<()> {
+    let failed = |e| Error::io("releasing state in", pod.path())(e);
+    if registered == Registered::No {
+        for r in gone {
+            match then {
+                Then::Reserved => pod.reserve(&r.vmi_uuid),
+                Then::Gone => pod.remove(&r.vmi_uuid),
+            }
+            .map_err(failed)?;
+        }
+        return Ok(());
+    }
+    for r in gone {
+        pod.mark_released(&r.vmi_uuid, then).map_err(failed)?;
+    }
+    crate::crash::point("marked");
+    settle(agent, pod);
+    Ok(())
+}
+
+/// Steps 3 and 4 for whatever is pending in the pod: for each VM with a pending file, its ports
+/// are dropped and its attachments registered again, then its pending files settled. A failure
+/// is logged and leaves them pending.
+pub(crate) fn settle(agent: &Agent, pod: &PodDir) {
+    let files = match pod.files() {
+        Ok(files) => files,
+        Err(e) => {
+            log::warn!("pod {}: reading its state: {e}", pod.name());
+            return;
+        }
+    };
+    if files.pending.is_empty() && files.legacy_resync.is_none() {
+        return;
+    }
+    let vms: BTreeSet<&str> = files
+        .pending
+        .iter()
+        .filter_map(|p| p.record.as_ref().map(|r| r.vm_uuid.as_str()))
+        .chain(files.legacy_resync.as_deref())
+        .collect();
+    let mut ports: Vec<serde_json::Value> = files.records.iter().map(Record::port).collect();
+    // A future version's file that is still a port stays registered.
+    ports.extend(files.unreadable.into_iter().filter_map(|u| u.port));
+    for vm in &vms {
+        log::info!(
+            "pod {}: bringing the agent's ports of {vm} in line with its files",
+            pod.name()
+        );
+        if let Err(e) = agent.resync(vm, &ports) {
+            log::warn!(
+                "pod {} left registered with the agent beyond its attachments; the next call \
+                 for the pod, GC or the sweep retries: {e}",
+                pod.name()
+            );
+            return;
+        }
+    }
+    for p in &files.pending {
+        if p.record.is_none() {
+            log::warn!(
+                "pod {}: pending file of VMI {} cannot be read (a power loss?): dropping it",
+                pod.name(),
+                p.vmi_uuid
+            );
+        }
+        if let Err(e) = pod.settled(p) {
+            log::warn!("pod {}: settling VMI {}: {e}", pod.name(), p.vmi_uuid);
+        }
+    }
+    if files.legacy_resync.is_some() {
+        if let Err(e) = pod.clear_legacy_resync() {
+            log::warn!("pod {}: removing the resync marker: {e}", pod.name());
+        }
+    }
+}
