@@ -6,9 +6,15 @@
 //! kept-alive connections, and an IP configuration that exists only once the port was
 //! registered with `POST /vm`. The only additions are under `/sim/`, which the plugin never
 //! calls: `GET /sim/ports`, the registered ports, each with `sim-registered-ns`, when it was
-//! registered on the node's CLOCK_MONOTONIC (for the benchmark's readiness lag), and `GET
+//! registered on the node's CLOCK_MONOTONIC (for the benchmark's readiness lag), `GET
 //! /sim/stats`, `{"requests": N}`, every request served so far but the `/sim/` ones (for the
-//! benchmark's request counts).
+//! benchmark's request counts), and `GET /sim/violations`, the requests a nested node must
+//! never send that it received.
+//!
+//! A VMI with a `vlan-id` is a nested pod's (its node is a VM of this hypervisor's vRouter):
+//! `/vm-cfg` carries the tag (and `sub-interface: false`, as the agent's first answers say),
+//! its IP configuration is there from config alone, without a registration, and a `POST /vm`
+//! for it turns it into a tap that does not exist: it loses its IP configuration.
 //!
 //! Usage: `agent_sim --help`.
 //!
@@ -97,12 +103,16 @@ struct VmiSpec {
     cfg_delay_ms: u64,
     #[serde(default)]
     ip_delay_ms: u64,
+    /// A nested pod's VMI (its node is a VM of this hypervisor's vRouter): its VLAN tag. Any
+    /// 16-bit value, so that tests can hand out tags the plugin must refuse.
+    vlan_id: Option<u16>,
 }
 
 /// A pod as the agent knows it; `vmis` is sorted by UUID because that is the order in
 /// which the agent lists them.
 struct Pod {
     uuid: String,
+    name: String,
     vm_name: String,
     vmis: Vec<Vmi>,
 }
@@ -122,31 +132,46 @@ impl Vmi {
         cfg_age >= Duration::from_millis(self.spec.cfg_delay_ms)
     }
 
-    /// Whether GET /vm/... may show this VMI: the agent only has an interface entry (and so an
-    /// IP configuration) for a VMI registered with POST /vm, `registered_for` ago; config alone
-    /// never creates one. Then it needs IPAM, and `ip-delay-ms` counts from the registration.
-    fn ip_ready(&self, registered_for: Option<Duration>) -> bool {
+    /// A nested pod's VMI: a VLAN sub-interface of its node's VMI, which the agent makes from
+    /// config alone (`VM_VLAN_ON_VMI`), never from a registration.
+    fn nested(&self) -> bool {
+        self.spec.vlan_id.is_some()
+    }
+
+    /// Whether GET /vm/... may show this VMI. A pod's VMI: the agent only has an interface entry
+    /// (and so an IP configuration) for a VMI registered with POST /vm, `since` ago (config
+    /// alone never creates one). A nested pod's VMI: from config, `since` the agent first heard
+    /// of the pod. Then it needs IPAM, and `ip-delay-ms` counts from `since`.
+    fn ip_ready(&self, since: Option<Duration>) -> bool {
         let has_ipam = self.v4.is_some() || self.spec.ip6.is_some();
-        registered_for.is_some_and(|t| t >= Duration::from_millis(self.spec.ip_delay_ms))
-            && has_ipam
+        since.is_some_and(|t| t >= Duration::from_millis(self.spec.ip_delay_ms)) && has_ipam
     }
 
     fn cfg_json(&self, vm_uuid: &str) -> Value {
+        // `sub-interface` lags behind the tag in the agent (it is computed before the parent
+        // is updated): it says false, and a client must key on `vlan-id`.
         json!({
             "id": self.spec.uuid, "vm-uuid": vm_uuid, "vn-id": self.vn_uuid,
             "vn-name": self.vn_name, "mac-address": self.spec.mac,
-            "sub-interface": false, "vlan-id": NO_VLAN, "annotations": self.annotations,
+            "sub-interface": false, "vlan-id": self.spec.vlan_id.unwrap_or(NO_VLAN),
+            "annotations": self.annotations,
         })
     }
 
-    /// The answer for a registered VMI: `system-name` is the host interface it was registered
-    /// under.
-    fn oper_json(&self, vm_uuid: &str, port: &Port) -> Value {
-        let system_name = str_field(&port.body, "host-ifname").unwrap_or_default();
+    /// The answer for a VMI with an interface entry: `system-name` is the host interface it was
+    /// registered under, or a nested VMI's display name (`<pod>__<uuid>`).
+    fn oper_json(&self, pod: &Pod, port: Option<&Port>) -> Value {
+        let system_name = match port {
+            Some(port) => str_field(&port.body, "host-ifname")
+                .unwrap_or_default()
+                .to_string(),
+            None => format!("{}__{}", pod.name, self.spec.uuid),
+        };
+        let vlan = self.spec.vlan_id.unwrap_or(NO_VLAN);
         let Value::Object(mut m) = json!({
-            "id": self.spec.uuid, "instance-id": vm_uuid, "vn-id": self.vn_uuid,
+            "id": self.spec.uuid, "instance-id": pod.uuid, "vn-id": self.vn_uuid,
             "vm-project-id": NIL_UUID, "mac-address": self.spec.mac,
-            "system-name": system_name, "rx-vlan-id": NO_VLAN, "tx-vlan-id": NO_VLAN,
+            "system-name": system_name, "rx-vlan-id": vlan, "tx-vlan-id": vlan,
             "vhostuser-mode": 0, "author": AUTHOR, "time": agent_time(),
         }) else {
             unreachable!("json! object literal")
@@ -231,6 +256,7 @@ fn build_pod(spec: PodSpec) -> Result<Pod, String> {
     let vm_name = format!("{cluster}__{namespace}__{name}");
     Ok(Pod {
         uuid,
+        name,
         vm_name,
         vmis: built,
     })
@@ -485,6 +511,9 @@ struct State {
     first_seen: Vec<Option<Instant>>,
     /// Registered ports keyed by vmi-uuid.
     ports: BTreeMap<String, Port>,
+    /// Requests a nested node must never send (`POST /vm` for a nested VMI, `DELETE /vm` of a
+    /// nested pod), for `GET /sim/violations`.
+    violations: Vec<Value>,
 }
 
 struct Sim {
@@ -555,6 +584,7 @@ impl Sim {
             ("GET", ["", "sim", "stats"]) => {
                 Ok(json!({"requests": self.served.load(Ordering::SeqCst)}))
             }
+            ("GET", ["", "sim", "violations"]) => Ok(self.lock().violations.clone().into()),
             // The agent's router answers this for every path no handler matches.
             _ => Err((404, "Unknown Request".into())),
         }
@@ -594,15 +624,18 @@ impl Sim {
             .filter(|v| v.configured(age) && vmi.is_none_or(|u| v.spec.uuid == u))
             .collect();
         let port = |v: &Vmi| st.ports.get(&v.spec.uuid);
-        let ready = |v: &&Vmi| v.ip_ready(port(v).map(|p| p.since.elapsed()));
+        let since = |v: &Vmi| match (v.nested(), port(v)) {
+            (true, None) => Some(age),
+            // Registered, a nested VMI became a tap on this hypervisor (`VM_ON_TAP`), which
+            // does not exist: it has no interface entry any more.
+            (true, Some(_)) => None,
+            (false, p) => p.map(|p| p.since.elapsed()),
+        };
         // The whole-pod form answers only once every VMI of the pod is ready.
-        if wanted.is_empty() || !wanted.iter().all(ready) {
+        if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(since(v))) {
             return Err(not_found());
         }
-        Ok(wanted
-            .iter()
-            .filter_map(|v| Some(v.oper_json(&pod.uuid, port(v)?)))
-            .collect())
+        Ok(wanted.iter().map(|v| v.oper_json(pod, port(v))).collect())
     }
 
     /// POST /vm, as the agent's REST handler takes it: `AddVmVnPort(body, check_port=false)`
@@ -632,6 +665,11 @@ impl Sim {
         }
         let vmi = field("vmi-uuid").to_owned();
         let mut st = self.lock();
+        let nested = self.pods.iter().flat_map(|p| &p.vmis);
+        if nested.filter(|v| v.nested()).any(|v| v.spec.uuid == vmi) {
+            st.violations
+                .push(json!({"request": "POST /vm", "vmi-uuid": vmi}));
+        }
         match st.ports.get_mut(&vmi) {
             Some(registered) => registered.body = port,
             None => {
@@ -647,6 +685,10 @@ impl Sim {
     fn deregister(&self, vm: &str) -> Value {
         let mut st = self.lock();
         if let Some(i) = self.pods.iter().position(|p| p.uuid == vm) {
+            if self.pods[i].vmis.iter().any(Vmi::nested) {
+                st.violations
+                    .push(json!({"request": format!("DELETE /vm/{vm}")}));
+            }
             let age = Self::age(&mut st, i);
             for v in self.pods[i].vmis.iter().filter(|v| v.configured(age)) {
                 st.ports.remove(&v.spec.uuid);
@@ -1011,7 +1053,11 @@ fn main() {
         rules,
         delay: Duration::from_millis(args.delay_ms),
         state_dir: args.state_dir,
-        state: Mutex::new(State { first_seen, ports }),
+        state: Mutex::new(State {
+            first_seen,
+            ports,
+            violations: Vec::new(),
+        }),
         served: AtomicUsize::new(0),
     });
     for conn in listener.incoming() {

@@ -13,11 +13,10 @@ use crate::agent::Agent;
 use crate::call::{Call, open_netns};
 use crate::cni::{Env, Outcome};
 use crate::config::{Mode, NetConf};
-use crate::error::{Conflict, During, Error, Result};
+use crate::error::{Conflict, During, Error, Malformed, Result};
 use crate::interface::{self, Spec};
 use crate::links::{self, Links};
 use crate::logging::Shown;
-use crate::names;
 use crate::netlink::{Netns, Socket};
 use crate::pod::Pod;
 use crate::state::{PodDir, PodFiles, Record, STATE_VERSION, StateDir};
@@ -47,17 +46,20 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     let stop = lock
         .stop_probe()
         .map_err(Error::io("locking the attachment in", state.path()))?;
-    let mut add = Add {
-        env: call.env,
-        conf: call.conf,
-        agent: Agent::new(contrail).stop_when(move || stop.requested()),
-        links: Links::new(contrail)?,
-        ctr: Socket::open(&netns)?,
-        netns,
-        state,
-        vm_name,
-    };
-    let result = add.run(pod, &mut call.vmis);
+    let mut links = Links::new(contrail)?;
+    let result = links.ready(contrail.mtu).and_then(|()| {
+        let mut add = Add {
+            env: call.env,
+            conf: call.conf,
+            agent: Agent::new(contrail).stop_when(move || stop.requested()),
+            links,
+            ctr: Socket::open(&netns)?,
+            netns,
+            state,
+            vm_name,
+        };
+        add.run(pod, &mut call.vmis)
+    });
     if let Err(e) = lock.remove() {
         log::warn!("removing the attachment's lock: {e}");
     }
@@ -153,12 +155,37 @@ impl Add<'_> {
                     old.ifname
                 );
             }
-            let record = record(self.env, &self.vm_name, w);
+            let mut record = record(
+                self.env,
+                &self.vm_name,
+                w,
+                self.links.host_name(&w.vmi.uuid),
+            );
+            if !self.agent.registers() {
+                record.vlan = Some(self.nested_tag(w.vmi)?);
+            }
             pod.write(&record)
                 .map_err(Error::io("writing state in", pod.path()))?;
             claimed.records.push(record);
         }
         Ok(claimed)
+    }
+
+    /// Nested mode: the VMI's VLAN tag, which it must have (1..=4094: kube-manager's range the
+    /// controller accepts, and the kernel's).
+    fn nested_tag(&self, vmi: &Vmi) -> Result<u16> {
+        match vmi.vlan {
+            Some(tag @ 1..=4094) => Ok(tag),
+            _ => Err(self.agent.refused_pod(
+                &self.vm_name,
+                Malformed::Field {
+                    what: format!("VMI {}", vmi.uuid),
+                    field: "vlan-id",
+                    problem: "is not a VLAN tag (1..4094), which nested mode needs: is this \
+                              node a VM of the vRouter's hypervisor?",
+                },
+            )),
+        }
     }
 
     /// The VMIs this call sets up, by mode.
@@ -179,9 +206,10 @@ impl Add<'_> {
                 // Only a network attached more than once needs the agent's view to tell VMIs
                 // apart: asked under the pod's lock, after the pod was settled, so that it
                 // matches the files.
+                let registers = self.agent.registers();
                 let vmi = vmi::resolve(at, vmis, &files.claims())
                     .map_err(unresolved)?
-                    .take(|v| self.agent.is_registered(&v.vm_uuid, &v.uuid))
+                    .take(|v| registers && self.agent.is_registered(&v.vm_uuid, &v.uuid))
                     .ok_or_else(|| {
                         let count = vmis.iter().filter(|v| v.network == *network).count();
                         unresolved(Unresolved::AllTaken { count })
@@ -204,13 +232,16 @@ impl Add<'_> {
     fn attach(&mut self, records: &[Record], made: &mut Made) -> Result<Outcome> {
         let mtu = self.conf.contrail.mtu;
         for r in records {
-            self.links.create(&self.state, r, mtu, &self.netns)?;
+            self.links
+                .create(&self.state, r, mtu, &self.netns, &mut self.ctr)?;
             made.links.push(r.clone());
         }
         crate::crash::point("veth");
-        made.registered = true;
-        for r in records {
-            self.agent.register(&r.port())?;
+        if self.agent.registers() {
+            made.registered = true;
+            for r in records {
+                self.agent.register(&r.port())?;
+            }
         }
         crate::crash::point("registered");
         let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
@@ -296,7 +327,7 @@ impl Add<'_> {
 }
 
 /// The state record of one attachment: the agent's POST /vm body plus ours.
-fn record(env: &Env, vm_name: &str, w: &Wanted) -> Record {
+fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Record {
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -306,7 +337,7 @@ fn record(env: &Env, vm_name: &str, w: &Wanted) -> Record {
         container_id: env.container_id.clone(),
         vm_uuid: vmi.vm_uuid.clone(),
         vm_name: vm_name.to_string(),
-        host_ifname: names::host_ifname(&vmi.uuid),
+        host_ifname,
         ifname: w.ifname.clone(),
         netns: env.netns.clone(),
         vn_uuid: vmi.vn_uuid.clone(),
@@ -315,6 +346,7 @@ fn record(env: &Env, vm_name: &str, w: &Wanted) -> Record {
         network: vmi.network.clone(),
         mac: vmi.mac.to_string(),
         default_gw: w.default_gw,
+        vlan: None,
     }
 }
 

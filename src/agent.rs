@@ -62,6 +62,8 @@ pub struct Agent {
     deadline: Instant,
     /// Asked between polls: true when the wait must end (a DEL of the attachment came).
     stop: Option<Box<dyn Fn() -> bool>>,
+    /// Whether this node registers its ports (see [`crate::config::VifType::registers`]).
+    registers: bool,
 }
 
 /// One poll's outcome: the answer, or why it is not there yet.
@@ -124,7 +126,19 @@ impl Agent {
             start,
             deadline: start + conf.poll_budget(),
             stop: None,
+            registers: conf.vif_type.registers(),
         }
+    }
+
+    /// Whether this node registers its ports with the agent; a nested node never does, so
+    /// nothing of the registrations' bookkeeping applies there.
+    pub fn registers(&self) -> bool {
+        self.registers
+    }
+
+    /// The error for pod `vm_name`'s VMIs that this node cannot take as the agent sent them.
+    pub(crate) fn refused_pod(&self, vm_name: &str, why: Malformed) -> Error {
+        self.refused(Method::Get, &format!("/vm-cfg/{vm_name}"), why)
     }
 
     /// Every wait of this client ends, between two polls, once `stop` says so.

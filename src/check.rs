@@ -55,8 +55,9 @@ pub fn check(call: &mut Call) -> Result<()> {
     Ok(())
 }
 
-/// The agent's IP configuration of the record's VMI, registered under its host interface. A
-/// busy agent is asked again within the call's deadline; a 404 is the answer.
+/// The agent's IP configuration of the record's VMI, registered under its host interface
+/// (unless the node registers nothing). A busy agent is asked again within the call's deadline;
+/// a 404 is the answer.
 fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
     let ip = agent
         .poll(
@@ -68,7 +69,8 @@ fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
             vm_name: r.vm_name.clone(),
             host_ifname: r.host_ifname.clone(),
         })?;
-    if ip.registered_as.as_deref() != Some(r.host_ifname.as_str()) {
+    // A nested node registers nothing: the agent names the port after the VMI itself.
+    if agent.registers() && ip.registered_as.as_deref() != Some(r.host_ifname.as_str()) {
         return Err(Mismatch::RegisteredAs {
             vmi: r.vmi_uuid.clone(),
             has: ip.registered_as,

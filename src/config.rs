@@ -208,10 +208,23 @@ impl Contrail {
     }
 }
 
-/// The kind of interface an attachment gets (`vif-type`). The only one so far: a veth pair.
+/// The kind of interface an attachment gets (`vif-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VifType {
+    /// A veth pair, its host end registered with the node's vRouter agent.
     Veth,
+    /// Nested mode (the node is a VM of the hypervisor's vRouter): an 802.1Q sub-interface of
+    /// `parent-interface` with the VMI's tag, and a macvlan on it in the pod. Never registered.
+    Macvlan,
+}
+
+impl VifType {
+    /// Whether the node registers its ports with the agent (`POST /vm`). A nested node never
+    /// does: the hypervisor's agent makes a VLAN sub-interface's port from its config alone, and
+    /// a registration would turn it into a tap on the hypervisor, which does not exist.
+    pub fn registers(self) -> bool {
+        self == VifType::Veth
+    }
 }
 
 /// One entry of GC's list of attachments still in use.
@@ -437,9 +450,9 @@ impl Settings {
                 .vif_type
                 .map(|v| match v.as_str() {
                     "veth" => Ok(VifType::Veth),
+                    "macvlan" => Ok(VifType::Macvlan),
                     _ => Err(key("vif-type").err(format!(
-                        "{v:?} is not supported; only \"veth\" (nested macvlan mode is not \
-                         implemented)"
+                        "{v:?} must be \"veth\" or \"macvlan\" (nested mode)"
                     ))),
                 })
                 .transpose()?,
@@ -993,7 +1006,7 @@ mod tests {
             ("log-level", json!("loud")),
             ("log-level", json!([])),
             ("mode", json!("fat")),
-            ("vif-type", json!("macvlan")),
+            ("vif-type", json!("ipvlan")),
             ("parent-interface", json!("a/b")),
             ("meta-plugin", json!(1)),
         ];

@@ -133,7 +133,8 @@ pub enum Conflict {
     Vanished { name: String },
     /// A host link of this name is another pod's attachment.
     HeldByPod { name: String, pod: String },
-    /// A host link of this name exists and is not one this plugin makes.
+    /// A host link in the way (by its name, or a VLAN link by its tag on the parent) is not one
+    /// this plugin makes.
     NotOurs { name: String },
     /// Thick mode: two VMIs would get one name.
     SameName {
@@ -147,6 +148,12 @@ pub enum Conflict {
     TakenOver { ifname: String },
     /// A state record without the MAC this plugin writes into every one.
     NoMac { vmi: String },
+    /// Nested mode: a state record without the VMI's VLAN tag.
+    NoTag { vmi: String },
+    /// Nested mode: the parent interface is not on the node.
+    ParentMissing { name: String },
+    /// Nested mode: the parent interface is down.
+    ParentDown { name: String },
 }
 
 impl fmt::Display for Conflict {
@@ -167,7 +174,8 @@ impl fmt::Display for Conflict {
             }
             Conflict::NotOurs { name } => write!(
                 f,
-                "host interface {name} exists and is not one this plugin makes: not replacing it"
+                "host interface {name} is in the way (the name, or the VLAN tag on the parent) \
+                 and is not one this plugin makes: not replacing it"
             ),
             Conflict::SameName {
                 name,
@@ -185,6 +193,22 @@ impl fmt::Display for Conflict {
                 "{ifname} was taken over by a newer sandbox of the pod while it was being added"
             ),
             Conflict::NoMac { vmi } => write!(f, "the state record of VMI {vmi} has no MAC"),
+            Conflict::NoTag { vmi } => {
+                write!(
+                    f,
+                    "the state record of VMI {vmi} has no VLAN tag (nested mode)"
+                )
+            }
+            Conflict::ParentMissing { name } => write!(
+                f,
+                "parent interface {name} of nested mode is not on this node: set \
+                 parent-interface in the node-wide file"
+            ),
+            Conflict::ParentDown { name } => write!(
+                f,
+                "parent interface {name} of nested mode is down: the pods' VLANs would carry \
+                 nothing"
+            ),
         }
     }
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::agent::Agent;
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
+use crate::links::Links;
 use crate::netlink::{Netns, Socket};
 use crate::state::{Record, StateDir, Then};
 use crate::vmi::Mac;
@@ -33,6 +34,8 @@ pub(crate) struct Row {
     pub network: String,
     pub vmi: String,
     pub host: String,
+    /// Nested mode: the host side's VLAN tag.
+    pub vlan: Option<u16>,
     pub mac: String,
     pub addresses: Vec<String>,
     pub health: String,
@@ -44,6 +47,8 @@ pub(crate) struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AgentView {
     Registered(String),
+    /// An IP configuration of a port nothing registers (nested mode).
+    Configured,
     /// 404: not registered, or registered without IPAM; either way no IP configuration.
     NoIpConfig,
     Unreachable,
@@ -162,12 +167,17 @@ fn load(config: Option<&Path>) -> Result<Contrail> {
 
 /// Looks at one record in its netns, on the host and in the agent.
 fn observe(
-    host: &mut Socket,
+    links: &mut Links,
     agent: &Agent,
     conf: &Contrail,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
-    let host_if = host.link(&r.host_ifname).ok().flatten().is_some();
+    // A nested attachment's VLAN link counts only with the VMI's tag.
+    let host_if = links
+        .host_side(r)
+        .ok()
+        .flatten()
+        .is_some_and(|h| r.vlan.is_none() || h.vlan == r.vlan);
     let netns = Netns::open(Path::new(&r.netns)).ok();
     let link = netns.as_ref().and_then(|ns| {
         let mut sock = Socket::open(ns).ok()?;
@@ -176,6 +186,8 @@ fn observe(
         Some((link, addrs))
     });
     let agent_view = match agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout) {
+        // A nested node registers nothing: the IP configuration is all there is to see.
+        Ok(Some(_)) if !agent.registers() => AgentView::Configured,
         Ok(Some(ip)) => ip
             .registered_as
             .map_or(AgentView::NoIpConfig, AgentView::Registered),
@@ -205,22 +217,6 @@ fn is_link_local(n: &ipnetwork::IpNetwork) -> bool {
     matches!(n.ip(), std::net::IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80)
 }
 
-/// Host links named as this plugin names them (`tap` + 12 hex) that no record explains.
-fn orphans(records: &[Record]) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| {
-            n.len() == 15 && n.starts_with("tap") && n[3..].bytes().all(|b| b.is_ascii_hexdigit())
-        })
-        .filter(|n| !records.iter().any(|r| &r.host_ifname == n))
-        .collect();
-    names.sort();
-    names
-}
-
 /// A row about an attachment (or a failed attachment's reservation).
 fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>) -> Row {
     Row {
@@ -230,6 +226,7 @@ fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>
         network: r.network.clone(),
         vmi: r.vmi_uuid.clone(),
         host: r.host_ifname.clone(),
+        vlan: r.vlan,
         mac,
         addresses,
         health: finding.health(),
@@ -305,12 +302,16 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             rows.push(debris(&name, &Finding::StaleLock));
         }
     }
-    let mut host = Socket::host()?;
+    let mut links = Links::new(conf)?;
     for r in &records {
-        let (o, mac, addresses) = observe(&mut host, &agent, conf, r);
+        let (o, mac, addresses) = observe(&mut links, &agent, conf, r);
         rows.push(attachment(r, &health(r, &o), mac, addresses));
     }
-    for host in orphans(&records) {
+    let orphans = links
+        .ours()?
+        .into_iter()
+        .filter(|n| !records.iter().any(|r| &r.host_ifname == n));
+    for host in orphans {
         rows.push(Row {
             host: host.clone(),
             ..debris("-", &Finding::OrphanHostLink(host))
@@ -354,6 +355,7 @@ impl Default for Row {
             network: dash(),
             vmi: dash(),
             host: dash(),
+            vlan: None,
             mac: dash(),
             addresses: Vec::new(),
             health: dash(),
@@ -384,8 +386,12 @@ pub(crate) fn table(rows: &[Row]) -> String {
             } else {
                 r.addresses.join(",")
             };
+            let host = match r.vlan {
+                Some(tag) => format!("{} (vlan {tag})", r.host),
+                None => r.host.clone(),
+            };
             [
-                &r.pod, &r.sandbox, &r.ifname, &r.network, &r.vmi, &r.host, &r.mac, &addrs,
+                &r.pod, &r.sandbox, &r.ifname, &r.network, &r.vmi, &host, &r.mac, &addrs,
                 &r.health, &r.fix,
             ]
             .map(|s| s.clone())

@@ -21,8 +21,9 @@ pub struct Spec {
     /// Its name in the pod, and the pod's netns path.
     pub ifname: String,
     pub netns: String,
-    /// The host side's name.
+    /// The host side's name, and its VLAN tag in nested mode.
     pub host_ifname: String,
+    pub vlan: Option<u16>,
     pub mac: Mac,
     pub mtu: u32,
     /// Each address with its family's gateway.
@@ -77,6 +78,8 @@ pub fn describe(record: &Record, ip: &IpConfig, mtu: u32) -> Result<Spec> {
         ifname: record.ifname.clone(),
         netns: record.netns.clone(),
         host_ifname: record.host_ifname.clone(),
+        // The tag the vRouter applies now (it may have changed since ADD), else the one ADD used.
+        vlan: record.vlan.map(|t| ip.vlan.unwrap_or(t)),
         // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
         mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
         mtu,
@@ -103,6 +106,8 @@ pub struct LinkSeen {
     pub mac: Option<Mac>,
     pub mtu: u32,
     pub up: bool,
+    /// A VLAN link's tag.
+    pub vlan: Option<u16>,
 }
 
 /// What the kernel shows of an attachment: its link in the pod with that link's addresses, the
@@ -155,6 +160,12 @@ pub enum Mismatch {
         ifname: String,
         has: u32,
         wants: u32,
+    },
+    /// Nested mode: the VLAN link carries another tag (or none).
+    Vlan {
+        ifname: String,
+        has: Option<u16>,
+        wants: u16,
     },
     Down {
         ifname: String,
@@ -229,6 +240,16 @@ impl fmt::Display for Mismatch {
                     "interface {ifname} has MTU {has}, the config says {wants}"
                 )
             }
+            Mismatch::Vlan { ifname, has, wants } => match has {
+                Some(has) => write!(
+                    f,
+                    "VLAN link {ifname} has tag {has}, the agent says {wants}"
+                ),
+                None => write!(
+                    f,
+                    "{ifname} is not a VLAN link (the agent's tag is {wants})"
+                ),
+            },
             Mismatch::Down { ifname } => write!(f, "interface {ifname} is down"),
             Mismatch::Address { ifname, wants } => {
                 write!(f, "interface {ifname} lacks address {wants}")
@@ -370,6 +391,18 @@ impl Spec {
                 wants: self.mtu,
             });
         }
+        if !host.up {
+            return Err(Mismatch::Down {
+                ifname: self.host_ifname.clone(),
+            });
+        }
+        if let Some(wants) = self.vlan.filter(|t| host.vlan != Some(*t)) {
+            return Err(Mismatch::Vlan {
+                ifname: self.host_ifname.clone(),
+                has: host.vlan,
+                wants,
+            });
+        }
         Ok(())
     }
 }
@@ -497,6 +530,7 @@ mod tests {
             v6_dns: None,
             mac: Mac([2, 0, 0, 0, 0, 9]),
             registered_as: None,
+            vlan: None,
         }
     }
 
@@ -593,6 +627,7 @@ mod tests {
                 mac: Some(s.mac),
                 mtu: s.mtu,
                 up: true,
+                vlan: None,
             }),
             addresses: s.addresses.iter().map(|(a, _)| *a).collect(),
             routes,
@@ -601,6 +636,7 @@ mod tests {
                 mac: Some(Mac([6, 0, 0, 0, 0, 3])),
                 mtu: s.mtu,
                 up: true,
+                vlan: s.vlan,
             }),
         }
     }
@@ -626,6 +662,10 @@ mod tests {
                 "tap000000000001 has MTU 1500",
             ),
             (Box::new(|k| k.link.as_mut().unwrap().up = false), "is down"),
+            (
+                Box::new(|k| k.host.as_mut().unwrap().up = false),
+                "tap000000000001 is down",
+            ),
             (
                 Box::new(|k| {
                     k.addresses.remove(1);
@@ -662,6 +702,40 @@ mod tests {
         seen.routes.push(route("0.0.0.0/0", Some("10.9.0.1"), 2));
         assert_eq!(s.verify(&seen), Ok(()));
         assert_eq!(s.defaults_to_add(&seen.routes, 7), [s.defaults[1]]);
+    }
+
+    #[test]
+    fn the_tag_is_the_agents_current_one_for_nested_attachments_only() {
+        for (recorded, agent, want) in [
+            (Some(10), Some(11), Some(11)),
+            (Some(10), None, Some(10)),
+            (None, Some(11), None),
+        ] {
+            let mut r = record(true);
+            r.vlan = recorded;
+            let ip = IpConfig {
+                vlan: agent,
+                ..dual()
+            };
+            assert_eq!(describe(&r, &ip, 1400).unwrap().vlan, want);
+        }
+    }
+
+    #[test]
+    fn verify_finds_a_vlan_link_without_the_vmis_tag() {
+        let mut s = describe(&record(true), &dual(), 1400).unwrap();
+        s.vlan = Some(10);
+        let good = as_added(&s);
+        assert_eq!(s.verify(&good), Ok(()));
+        for (has, words) in [
+            (Some(11), "has tag 11, the agent says 10"),
+            (None, "is not a VLAN link (the agent's tag is 10)"),
+        ] {
+            let mut seen = good.clone();
+            seen.host.as_mut().unwrap().vlan = has;
+            let m = s.verify(&seen).unwrap_err();
+            assert!(m.to_string().contains(words), "{words}: {m}");
+        }
     }
 
     #[test]

@@ -1,6 +1,18 @@
 //! An attachment's links in the kernel: made, configured, observed and removed. The kind of
-//! host side (`vif-type`) is behind one seam, [`Links`]: create, remove by host-side name,
-//! observe; what happens inside the pod (addresses, routes) is the same for every kind.
+//! host side (`vif-type`) is behind one seam, [`Links`]: check the node is ready, create,
+//! remove by host-side name, observe; what happens inside the pod (addresses, routes) is the
+//! same for every kind.
+//!
+//! - `veth`: a veth pair, the host end `tap<hash>` (the name and MAC fixed by the VMI), the other
+//!   end made directly in the pod.
+//! - `macvlan` (nested mode): an 802.1Q sub-interface `cvl<hash>` of `parent-interface` with
+//!   the VMI's tag, up, and on it a macvlan made directly in the pod (under a name of its own,
+//!   renamed there to `CNI_IFNAME`) in VEPA mode: every frame
+//!   goes out to the hypervisor's vRouter, which applies the network's policy; nothing is
+//!   bridged on the node. Removing the VLAN link removes the macvlan with it. The kernel allows
+//!   one VLAN link per tag and parent: one named as this plugin names them that no other pod's
+//!   state names is a leftover of a sandbox whose DEL never came, and is replaced; any other is
+//!   refused, naming it.
 
 use std::net::IpAddr;
 
@@ -9,13 +21,16 @@ use ipnetwork::IpNetwork;
 use crate::config::{Contrail, VifType};
 use crate::error::{Conflict, Error, Result};
 use crate::interface::{LinkSeen, Seen, Spec};
-use crate::netlink::{Link, Netns, Route, Socket, VethEnd};
+use crate::names;
+use crate::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
 use crate::state::{Record, StateDir};
 use crate::vmi::Mac;
 
 /// The host side of the node's attachments, of one kind.
 pub(crate) struct Links {
     kind: VifType,
+    /// Nested mode's parent interface.
+    parent: String,
     host: Socket,
 }
 
@@ -23,84 +38,198 @@ impl Links {
     pub(crate) fn new(conf: &Contrail) -> Result<Links> {
         Ok(Links {
             kind: conf.vif_type,
+            parent: conf.parent_interface.clone(),
             host: Socket::host()?,
         })
     }
 
-    /// Makes the attachment's interface: its host side, and its end in the pod named as the
-    /// record says, with the VMI's MAC and `mtu` (down: [`configure`] brings it up).
+    /// The host side's name for a VMI's attachment.
+    pub(crate) fn host_name(&self, vmi_uuid: &str) -> String {
+        match self.kind {
+            VifType::Veth => names::host_ifname(vmi_uuid),
+            VifType::Macvlan => names::vlan_ifname(vmi_uuid),
+        }
+    }
+
+    /// Whether the node can take an attachment of `mtu`, before anything is made: nested mode
+    /// needs its parent interface, up, with at least that MTU.
+    pub(crate) fn ready(&mut self, mtu: u32) -> Result<()> {
+        match self.kind {
+            VifType::Veth => Ok(()),
+            VifType::Macvlan => self.parent(mtu).map(drop),
+        }
+    }
+
+    /// Nested mode's parent interface, checked to carry `mtu`.
+    fn parent(&mut self, mtu: u32) -> Result<Link> {
+        let name = self.parent.clone();
+        let parent = self
+            .host
+            .link(&name)?
+            .ok_or_else(|| Error::Interface(Conflict::ParentMissing { name: name.clone() }))?;
+        if !parent.up {
+            return Err(Error::Interface(Conflict::ParentDown { name }));
+        }
+        if mtu > parent.mtu {
+            return Err(Error::config(
+                "contrail.mtu",
+                format!(
+                    "{mtu} is more than the {} of parent interface {name}, which carries the \
+                     pods' VLANs",
+                    parent.mtu
+                ),
+            ));
+        }
+        Ok(parent)
+    }
+
+    /// Makes the attachment's interface: its host side, and its end in the pod (`ctr` is a
+    /// socket there) named as the record says, with the VMI's MAC and `mtu` (down: [`configure`]
+    /// brings it up). A failure leaves nothing of it.
     pub(crate) fn create(
         &mut self,
         state: &StateDir,
         record: &Record,
         mtu: u32,
         netns: &Netns,
+        ctr: &mut Socket,
     ) -> Result<()> {
         let mac = Mac::parse(&record.mac).ok_or_else(|| {
             Error::Interface(Conflict::NoMac {
                 vmi: record.vmi_uuid.clone(),
             })
         })?;
-        match self.kind {
-            VifType::Veth => self.create_veth(state, record, mac, mtu, netns),
-        }
-    }
-
-    /// A veth: the host end by its derived name (up), the container end directly in the pod's
-    /// netns.
-    fn create_veth(
-        &mut self,
-        state: &StateDir,
-        record: &Record,
-        mac: Mac,
-        mtu: u32,
-        netns: &Netns,
-    ) -> Result<()> {
-        let host_end = VethEnd {
-            name: &record.host_ifname,
-            mac: Some(crate::names::host_mac(&record.vmi_uuid)),
-            mtu,
-        };
-        let peer = VethEnd {
+        let end = VethEnd {
             name: &record.ifname,
             mac: Some(mac.0),
             mtu,
         };
-        match self.host.create_veth(&host_end, &peer, netns) {
+        match self.kind {
+            VifType::Veth => self.create_veth(state, record, &end, netns),
+            VifType::Macvlan => self.create_nested(state, record, &end, netns, ctr),
+        }
+    }
+
+    /// A veth: the host end by its derived name (up), the other end directly in the pod.
+    fn create_veth(
+        &mut self,
+        state: &StateDir,
+        record: &Record,
+        end: &VethEnd,
+        netns: &Netns,
+    ) -> Result<()> {
+        let host_end = VethEnd {
+            name: &record.host_ifname,
+            mac: Some(names::host_mac(&record.vmi_uuid)),
+            mtu: end.mtu,
+        };
+        match self.host.create_veth(&host_end, end, netns) {
             // The host name is derived from the VMI this pod now holds: a veth of that name
             // that no other pod's state names is a leftover of an earlier sandbox or of a
             // crashed ADD whose DEL never came. Replace it; anything else is left alone.
             Err(e) if e.is_exists() => {
-                self.take_leftover(state, record, "veth")?;
-                self.host.create_veth(&host_end, &peer, netns)
+                let leftover = self.host.link(&record.host_ifname)?;
+                self.take_leftover(state, record, leftover, "veth")?;
+                self.host.create_veth(&host_end, end, netns)
             }
             other => other,
         }?;
         Ok(())
     }
 
-    /// Deletes a leftover host link of the record's name, unless another pod's state names it or
-    /// it is not of `kind`.
-    fn take_leftover(&mut self, state: &StateDir, record: &Record, kind: &str) -> Result<()> {
-        let name = &record.host_ifname;
+    /// Nested mode: the VLAN sub-interface with the VMI's tag, then the macvlan on it.
+    fn create_nested(
+        &mut self,
+        state: &StateDir,
+        record: &Record,
+        end: &VethEnd,
+        netns: &Netns,
+        ctr: &mut Socket,
+    ) -> Result<()> {
+        let tag = record.vlan.ok_or_else(|| {
+            Error::Interface(Conflict::NoTag {
+                vmi: record.vmi_uuid.clone(),
+            })
+        })?;
+        let parent = self.parent(end.mtu)?;
+        let alias = format!("contrail-k8s-cni {} {}", record.vmi_uuid, record.vm_name);
+        let vlan = VlanLink {
+            name: &record.host_ifname,
+            parent: parent.index,
+            tag,
+            mtu: end.mtu,
+            alias: &alias,
+        };
+        match self.host.create_vlan(&vlan) {
+            // The name, or the tag on this parent, is taken: by a leftover of this plugin's,
+            // replaced, or by something else, refused.
+            Err(e) if e.is_exists() => {
+                let taken = self.host.links()?.into_iter().find(|l| {
+                    l.name == record.host_ifname
+                        || (l.lower == Some(parent.index) && l.vlan == Some(tag))
+                });
+                self.take_leftover(state, record, taken, "vlan")?;
+                self.host.create_vlan(&vlan)
+            }
+            other => other,
+        }?;
+        let macvlan = self.create_macvlan(record, end, netns, ctr);
+        if macvlan.is_err() {
+            // The attachment was not made: nothing of it stays.
+            let _ = self.host.delete_link(&record.host_ifname);
+        }
+        macvlan
+    }
+
+    /// Nested mode: the macvlan on the record's VLAN link, made in the pod under a name of its
+    /// own (see [`names::macvlan_tmp_ifname`]), then renamed there.
+    fn create_macvlan(
+        &mut self,
+        record: &Record,
+        end: &VethEnd,
+        netns: &Netns,
+        ctr: &mut Socket,
+    ) -> Result<()> {
+        let vanished = |name: &str| {
+            Error::Interface(Conflict::Vanished {
+                name: name.to_string(),
+            })
+        };
+        let vlan = self.host.link(&record.host_ifname)?;
+        let vlan = vlan.ok_or_else(|| vanished(&record.host_ifname))?;
+        let tmp = names::macvlan_tmp_ifname(&record.vmi_uuid);
+        let made = VethEnd { name: &tmp, ..*end };
+        self.host.create_macvlan(&made, vlan.index, netns)?;
+        let link = ctr.link(&tmp)?.ok_or_else(|| vanished(&tmp))?;
+        ctr.rename(link.index, end.name)?;
+        Ok(())
+    }
+
+    /// Deletes a leftover host link (`link`) in the way of the record's, unless it is not one
+    /// this plugin makes, not of `kind`, or another pod's state names it.
+    fn take_leftover(
+        &mut self,
+        state: &StateDir,
+        record: &Record,
+        link: Option<Link>,
+        kind: &str,
+    ) -> Result<()> {
+        let Some(link) = link else {
+            // Gone meanwhile: nothing to take.
+            return Ok(());
+        };
+        let name = link.name.clone();
+        if !names::is_ours(&name) || link.kind.as_deref() != Some(kind) {
+            return Err(Error::Interface(Conflict::NotOurs { name }));
+        }
         let holder = state
-            .other_holder(name, &record.vm_name)
+            .other_holder(&name, &record.vm_name)
             .map_err(Error::io("reading", state.path()))?;
         if let Some(pod) = holder {
-            return Err(Error::Interface(Conflict::HeldByPod {
-                name: name.clone(),
-                pod,
-            }));
-        }
-        if self
-            .host
-            .link(name)?
-            .is_some_and(|l| l.kind.as_deref() != Some(kind))
-        {
-            return Err(Error::Interface(Conflict::NotOurs { name: name.clone() }));
+            return Err(Error::Interface(Conflict::HeldByPod { name, pod }));
         }
         log::info!("replacing leftover host interface {name}");
-        self.host.delete_link(name)?;
+        self.host.delete_link(&name)?;
         Ok(())
     }
 
@@ -120,6 +249,19 @@ impl Links {
     pub(crate) fn host_side(&mut self, record: &Record) -> Result<Option<LinkSeen>> {
         Ok(self.host.link(&record.host_ifname)?.map(seen))
     }
+
+    /// The node's links named as this plugin names them, for `inspect`.
+    pub(crate) fn ours(&mut self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .host
+            .links()?
+            .into_iter()
+            .map(|l| l.name)
+            .filter(|n| names::is_ours(n))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
 }
 
 fn seen(l: Link) -> LinkSeen {
@@ -128,6 +270,7 @@ fn seen(l: Link) -> LinkSeen {
         mac: l.mac.map(Mac),
         mtu: l.mtu,
         up: l.up,
+        vlan: l.vlan,
     }
 }
 

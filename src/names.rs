@@ -15,11 +15,40 @@ fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
 /// kube-manager's time-based uuids of one pod share their leading digits; FNV-1a, then
 /// murmur3's finalizer so that uuids differing in one digit differ in every part of the name.
 pub fn host_ifname(vmi_uuid: &str) -> String {
+    hashed(VETH, vmi_uuid)
+}
+
+/// Nested mode: the name of a VMI's VLAN sub-interface, `cvl` and the same 12 hex digits. The
+/// name is how a VLAN link is known as this plugin's: the node's other VLAN links are never
+/// touched.
+pub(crate) fn vlan_ifname(vmi_uuid: &str) -> String {
+    hashed(VLAN, vmi_uuid)
+}
+
+/// Nested mode: the name a pod's macvlan is made under, in the pod, before it is renamed to
+/// `CNI_IFNAME` there. A new link's name is looked up in the namespace of the request, the
+/// node's, where the pod's name (eth0) is often the node's own NIC.
+pub(crate) fn macvlan_tmp_ifname(vmi_uuid: &str) -> String {
+    hashed(MACVLAN_TMP, vmi_uuid)
+}
+
+const VETH: &str = "tap";
+const VLAN: &str = "cvl";
+const MACVLAN_TMP: &str = "cmv";
+
+fn hashed(prefix: &str, vmi_uuid: &str) -> String {
     let mut h = fnv1a(vmi_uuid.bytes());
     for m in [0xff51_afd7_ed55_8ccd, 0xc4ce_b9fe_1a85_ec53] {
         h = (h ^ (h >> 33)).wrapping_mul(m);
     }
-    format!("tap{:012x}", (h ^ (h >> 33)) >> 16)
+    format!("{prefix}{:012x}", (h ^ (h >> 33)) >> 16)
+}
+
+/// Whether a host link is named as this plugin names them (a veth end or a VLAN).
+pub(crate) fn is_ours(name: &str) -> bool {
+    name.len() == 15
+        && (name.starts_with(VETH) || name.starts_with(VLAN))
+        && name[3..].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The MAC of a VMI's host end: fixed by the VMI (locally administered, unicast), so that an
@@ -50,6 +79,16 @@ mod tests {
         assert!(a[3..9] != b[3..9] && a[9..] != b[9..], "{a} {b}");
         assert_eq!(a, host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"));
         assert!(crate::cni::check_ifname(&a).is_ok());
+    }
+
+    #[test]
+    fn vlan_names_share_the_hash_and_are_recognised() {
+        let vmi = "b86ac068-cf0e-11e8-b196-002590aaa964";
+        assert_eq!(vlan_ifname(vmi), "cvl56dc21f0fa67");
+        assert!(is_ours(&vlan_ifname(vmi)) && is_ours(&host_ifname(vmi)));
+        for other in ["eth0.100", "cvl56dc21f0fa6", "tap56dc21f0fa6z", "vlan100"] {
+            assert!(!is_ours(other), "{other}");
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoData, InfoKind, InfoMacVlan, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo,
+    LinkMessage, MacVlanMode,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
@@ -143,10 +144,26 @@ pub struct Link {
     pub index: u32,
     pub mac: Option<[u8; 6]>,
     pub mtu: u32,
+    pub name: String,
     /// Administratively up (`IFF_UP`), not carrier.
     pub up: bool,
-    /// The link's kind (`veth`, `macvlan`, ...); `None` for a plain device.
+    /// The link's kind (`veth`, `vlan`, `macvlan`, ...); `None` for a plain device.
     pub kind: Option<String>,
+    /// The device it sits on (`IFLA_LINK`: a VLAN's parent, a macvlan's lower device).
+    pub lower: Option<u32>,
+    /// A VLAN's tag.
+    pub vlan: Option<u16>,
+}
+
+/// An 802.1Q sub-interface to create: up, on `parent`, with `tag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VlanLink<'a> {
+    pub name: &'a str,
+    pub parent: u32,
+    pub tag: u16,
+    pub mtu: u32,
+    /// Shown by `ip -d link` (IFLA_IFALIAS): who made the link, for operators.
+    pub alias: &'a str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +286,23 @@ impl Socket {
         self.request(op, message, NLM_F_ACK | extra).map(drop)
     }
 
+    /// Every link of this netns.
+    pub fn links(&mut self) -> Result<Vec<Link>, Error> {
+        let op = || "list links".to_string();
+        let replies = self.request(
+            &op,
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            NLM_F_DUMP,
+        )?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|r| match r {
+                RouteNetlinkMessage::NewLink(l) => Some(link_from(l)),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// None when there is no link of that name.
     pub fn link(&mut self, name: &str) -> Result<Option<Link>, Error> {
         let mut m = LinkMessage::default();
@@ -291,13 +325,7 @@ impl Socket {
     pub fn create_veth(&mut self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
         let op = || format!("create veth {}/{}", host.name, peer.name);
         for name in [host.name, peer.name] {
-            if !valid_ifname(name) {
-                return Err(Error {
-                    op: op(),
-                    detail: Some(format!("invalid interface name {name:?}")),
-                    source: io::Error::from_raw_os_error(libc::EINVAL),
-                });
-            }
+            check_name(&op, name)?;
         }
         let mut peer_message = veth_end(peer);
         peer_message
@@ -318,18 +346,66 @@ impl Socket {
             RouteNetlinkMessage::NewLink(message),
             NLM_F_CREATE | NLM_F_EXCL,
         )
-        .map_err(|mut e| {
-            // veth checks the MTU of both ends with a bare EINVAL (no extended ack); with the
-            // names checked above, that is the MTU.
-            if e.errno() == Some(libc::EINVAL) && e.detail.is_none() {
-                e.detail = Some(if host.mtu == peer.mtu {
-                    format!("MTU {} rejected", host.mtu)
-                } else {
-                    format!("MTU {}/{} rejected", host.mtu, peer.mtu)
-                });
-            }
-            e
-        })
+        .map_err(|e| e.mtu_detail(host.mtu, peer.mtu))
+    }
+
+    /// Creates a VLAN sub-interface, up, with its alias.
+    pub fn create_vlan(&mut self, vlan: &VlanLink) -> Result<(), Error> {
+        let op = || {
+            format!(
+                "create VLAN {} (tag {}) on link #{}",
+                vlan.name, vlan.tag, vlan.parent
+            )
+        };
+        check_name(&op, vlan.name)?;
+        let mut m = LinkMessage::default();
+        m.header.flags = LinkFlags::Up;
+        m.header.change_mask = LinkFlags::Up;
+        m.attributes
+            .push(LinkAttribute::IfName(vlan.name.to_string()));
+        m.attributes.push(LinkAttribute::Link(vlan.parent));
+        m.attributes.push(LinkAttribute::Mtu(vlan.mtu));
+        m.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Vlan),
+            LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(vlan.tag)])),
+        ]));
+        self.change(
+            &op,
+            RouteNetlinkMessage::NewLink(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .map_err(|e| e.mtu_detail(vlan.mtu, vlan.mtu))?;
+        // The kernel takes no alias with a new link: it is set on the link made.
+        let mut m = LinkMessage::default();
+        m.attributes
+            .push(LinkAttribute::IfName(vlan.name.to_string()));
+        m.attributes
+            .push(LinkAttribute::IfAlias(vlan.alias.to_string()));
+        let op = || format!("set the alias of {}", vlan.name);
+        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+    }
+
+    /// Creates a macvlan (VEPA: everything goes out to the lower device, nothing is bridged
+    /// here) on link `lower` of this socket's netns, directly inside `ns` as `end` (down).
+    pub fn create_macvlan(&mut self, end: &VethEnd, lower: u32, ns: &Netns) -> Result<(), Error> {
+        let op = || format!("create macvlan {} on link #{lower}", end.name);
+        check_name(&op, end.name)?;
+        let mut m = veth_end(end);
+        m.attributes.push(LinkAttribute::Link(lower));
+        m.attributes
+            .push(LinkAttribute::NetNsFd(ns.file.as_raw_fd()));
+        m.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::MacVlan),
+            LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(
+                MacVlanMode::Vepa,
+            )])),
+        ]));
+        self.change(
+            &op,
+            RouteNetlinkMessage::NewLink(m),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+        .map_err(|e| e.mtu_detail(end.mtu, end.mtu))
     }
 
     /// Ok(false) when the link is already gone. Deleting either end of a veth removes both.
@@ -392,6 +468,16 @@ impl Socket {
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
+    }
+
+    /// Renames a link (down: the kernel refuses to rename one that is up).
+    pub(crate) fn rename(&mut self, index: u32, name: &str) -> Result<(), Error> {
+        let op = || format!("rename link #{index} to {name}");
+        check_name(&op, name)?;
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
     }
 
     pub fn set_up(&mut self, index: u32) -> Result<(), Error> {
@@ -513,7 +599,20 @@ fn private_group() -> u32 {
     0x4000_0000 | (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 34) as u32
 }
 
-/// The message for one veth end.
+/// Refuses a name the kernel would refuse with the same bare EINVAL as a bad MTU, so that the
+/// two can be told apart.
+fn check_name(op: &dyn Fn() -> String, name: &str) -> Result<(), Error> {
+    if valid_ifname(name) {
+        return Ok(());
+    }
+    Err(Error {
+        op: op(),
+        detail: Some(format!("invalid interface name {name:?}")),
+        source: io::Error::from_raw_os_error(libc::EINVAL),
+    })
+}
+
+/// The message for one veth end (or a macvlan: a name, a MAC, an MTU).
 fn veth_end(end: &VethEnd) -> LinkMessage {
     let mut m = LinkMessage::default();
     m.attributes
@@ -591,16 +690,29 @@ fn link_from(message: LinkMessage) -> Link {
         index: message.header.index,
         mac: None,
         mtu: 0,
+        name: String::new(),
         up: message.header.flags.contains(LinkFlags::Up),
         kind: None,
+        lower: None,
+        vlan: None,
     };
     for attribute in message.attributes {
         match attribute {
+            LinkAttribute::IfName(name) => link.name = name,
+            LinkAttribute::Link(lower) => link.lower = Some(lower),
             LinkAttribute::LinkInfo(info) => {
-                link.kind = info.into_iter().find_map(|i| match i {
-                    LinkInfo::Kind(kind) => Some(kind.to_string()),
-                    _ => None,
-                });
+                for i in info {
+                    match i {
+                        LinkInfo::Kind(kind) => link.kind = Some(kind.to_string()),
+                        LinkInfo::Data(InfoData::Vlan(v)) => {
+                            link.vlan = v.into_iter().find_map(|v| match v {
+                                InfoVlan::Id(tag) => Some(tag),
+                                _ => None,
+                            });
+                        }
+                        _ => {}
+                    }
+                }
             }
             // Non-Ethernet links (lo, tunnels) have other address lengths.
             LinkAttribute::Address(mac) => link.mac = mac.try_into().ok(),
@@ -685,6 +797,19 @@ impl Error {
             self.errno(),
             Some(libc::ENODEV | libc::ESRCH | libc::ENOENT)
         )
+    }
+
+    /// A link's bare EINVAL, once its name is known to be good, is its MTU (veth, VLAN and
+    /// macvlan check it without an extended ack).
+    fn mtu_detail(mut self, mtu: u32, other: u32) -> Error {
+        if self.errno() == Some(libc::EINVAL) && self.detail.is_none() {
+            self.detail = Some(if mtu == other {
+                format!("MTU {mtu} rejected")
+            } else {
+                format!("MTU {mtu}/{other} rejected")
+            });
+        }
+        self
     }
 
     fn new(op: impl Into<String>, source: io::Error) -> Error {

@@ -86,6 +86,31 @@ pub struct Record {
     /// like the agent's own keys, absent from files the agent wrote.
     #[serde(rename = "default-gw", default, with = "string_bool")]
     pub default_gw: bool,
+    /// Nested mode: the VLAN tag of the attachment's sub-interface.
+    #[serde(
+        rename = "vlan-id",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "string_tag"
+    )]
+    pub vlan: Option<u16>,
+}
+
+/// A VLAN tag kept as a string (every value in these files is a string).
+mod string_tag {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(tag: &Option<u16>, s: S) -> Result<S::Ok, S::Error> {
+        match tag {
+            Some(t) => s.serialize_str(&t.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Some).map_err(D::Error::custom)
+    }
 }
 
 /// A bool kept as the string "true" or "false" (every value in these files is a string).
@@ -840,6 +865,7 @@ mod tests {
             network: "net-a".into(),
             mac: "02:00:00:00:00:01".into(),
             default_gw: false,
+            vlan: None,
         }
     }
 

@@ -132,7 +132,8 @@ fn release(
     registered: Registered,
 ) -> Result<()> {
     let failed = |e| Error::io("releasing state in", pod.path())(e);
-    if registered == Registered::No {
+    // A node that never registers (nested mode) has nothing to bring in line.
+    if registered == Registered::No || !agent.registers() {
         for r in gone {
             match then {
                 Then::Reserved => pod.reserve(&r.vmi_uuid),
@@ -162,6 +163,15 @@ pub(crate) fn settle(agent: &Agent, pod: &PodDir) {
         }
     };
     if files.pending.is_empty() && files.legacy_resync.is_none() {
+        return;
+    }
+    if !agent.registers() {
+        // Nothing of this node's is registered: what is pending settles at once.
+        for p in &files.pending {
+            if let Err(e) = pod.settled(p) {
+                log::warn!("pod {}: settling VMI {}: {e}", pod.name(), p.vmi_uuid);
+            }
+        }
         return;
     }
     let vms: BTreeSet<&str> = files

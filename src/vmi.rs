@@ -79,7 +79,14 @@ pub struct Vmi {
     /// The pod kube-manager made the VMI for: its `namespace` and `name` annotations.
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// A nested pod's VLAN tag (`vlan-id`; the agent's 65535 means none). Checked to be a tag
+    /// (1..=4094) by nested mode, which needs one; the agent's `sub-interface` is not
+    /// trustworthy (it lags behind the tag).
+    pub vlan: Option<u16>,
 }
+
+/// The agent's `vlan-id` for "no VLAN".
+const NO_VLAN: u64 = 65535;
 
 /// Decodes an agent answer into `T`: invalid JSON, or JSON of another shape than the contract's
 /// (naming where, never quoting the answer's bytes), is refused.
@@ -133,6 +140,8 @@ struct CfgItem {
     /// `{key:value}` strings; anything else in the list is not an annotation and is skipped.
     #[serde(default)]
     annotations: Vec<Value>,
+    #[serde(rename = "vlan-id")]
+    vlan_id: Option<u64>,
 }
 
 fn checked_uuid(s: String, key: &'static str, what: &str) -> Parsed<String> {
@@ -212,6 +221,12 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
         None if lone => (0, 1),
         None => return Err(field(&what, "index annotation", "is missing")),
     };
+    let vlan = match item.vlan_id {
+        None | Some(NO_VLAN) => None,
+        Some(tag) => Some(
+            u16::try_from(tag).map_err(|_| field(&what, "vlan-id", "is not a 16-bit number"))?,
+        ),
+    };
     Ok(Vmi {
         vm_uuid: checked_uuid(item.vm_uuid, "vm-uuid", &what)?,
         vn_uuid: checked_uuid(item.vn_id, "vn-id", &what)?,
@@ -223,6 +238,7 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
         default_gw,
         namespace,
         name,
+        vlan,
         uuid,
     })
 }
@@ -294,6 +310,8 @@ pub struct IpConfig {
     pub mac: Mac,
     /// The host interface registered for the VMI, if any.
     pub registered_as: Option<String>,
+    /// The VLAN tag the vRouter expects the VMI's frames with (nested mode), if a valid one.
+    pub vlan: Option<u16>,
 }
 
 impl IpConfig {
@@ -339,6 +357,10 @@ struct IpItem {
     gateway6: Option<String>,
     #[serde(rename = "v6-dns-server")]
     dns6: Option<String>,
+    /// The VLAN tag the vRouter applies to the VMI (a nested pod's); read leniently, as it only
+    /// ever makes CHECK stricter.
+    #[serde(rename = "rx-vlan-id")]
+    rx_vlan: Option<Value>,
 }
 
 /// A prefix length as agents send it: a number, or a string holding one.
@@ -430,6 +452,11 @@ pub fn parse_ip(body: &[u8], vm_uuid: &str, vmi_uuid: &str) -> Parsed<IpConfig> 
         v6_dns: addr(item.dns6.as_deref(), "v6-dns-server", &what)?,
         mac,
         registered_as: item.system_name.filter(|s| check_ifname(s).is_ok()),
+        vlan: item
+            .rx_vlan
+            .and_then(|v| v.as_u64())
+            .and_then(|t| u16::try_from(t).ok())
+            .filter(|t| (1..=4094).contains(t)),
     })
 }
 
@@ -625,6 +652,7 @@ mod tests {
             default_gw: false,
             namespace: Some("default".into()),
             name: Some("p".into()),
+            vlan: None,
         }
     }
 
@@ -989,6 +1017,23 @@ mod tests {
         assert_eq!(ip.v6.unwrap().to_string(), "fd00:30::fc/64");
         assert_eq!(ip.v4, None);
         assert_eq!(ip.registered_as.as_deref(), Some("tap0123456789ab"));
+    }
+
+    #[test]
+    fn the_vlan_tag_is_read_when_it_is_one() {
+        for (rx, want) in [
+            (json!(10), Some(10)),
+            (json!(4094), Some(4094)),
+            (json!(65535), None),
+            (json!(0), None),
+            (json!("10"), None),
+            (json!(-1), None),
+        ] {
+            let mut item = ip_item();
+            item["rx-vlan-id"] = rx.clone();
+            let ip = parse_ip(json!([item]).to_string().as_bytes(), VM, &uuid(1)).unwrap();
+            assert_eq!(ip.vlan, want, "{rx}");
+        }
     }
 
     #[test]

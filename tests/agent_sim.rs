@@ -303,3 +303,83 @@ fn stats_count_every_request_served_but_the_simulators_own() {
     assert_eq!(requests(), json!({"requests": 5}));
     assert_eq!(requests(), json!({"requests": 5}));
 }
+
+// ---------------------------------------------------------------- nested pods
+
+/// A pod of a nested node (a VM of the hypervisor's vRouter): a VLAN sub-interface of the
+/// node's VMI per attachment.
+fn nested_pod() -> PodSpec {
+    PodSpec::new(vec![
+        VmiSpec::new("default", 1).with("vlan-id", json!(100)),
+        VmiSpec::new("net-a", 2).with("vlan-id", json!(101)),
+    ])
+}
+
+#[test]
+fn a_nested_pods_vmis_carry_their_tag_and_an_ip_configuration_without_registration() {
+    // `port_ipc_handler.cc` (vlan-id from the config entry's tag), `vm_interface_config.cc`
+    // (a VMI with a parent VMI is `VM_VLAN_ON_VMI`, made from config alone).
+    let pod = nested_pod();
+    let plain = two_vmi_pod();
+    let sim = Sim::start(&[&pod, &plain], &[]);
+    let (_, cfg) = call(&sim, "GET", &format!("/vm-cfg/{}", pod.vm_name()), None);
+    let tag_of = |k: usize| {
+        let v = cfg
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["id"] == pod.vmis[k].uuid.as_str())
+            .unwrap();
+        // The agent computes `sub-interface` before it updates the parent: it lags.
+        assert_eq!(v["sub-interface"], false);
+        v["vlan-id"].clone()
+    };
+    assert_eq!((tag_of(0), tag_of(1)), (json!(100), json!(101)));
+    let (_, plain_cfg) = call(&sim, "GET", &format!("/vm-cfg/{}", plain.vm_name()), None);
+    assert_eq!(plain_cfg[0]["vlan-id"], 65535, "no VLAN");
+    let (code, ip) = call(&sim, "GET", &ip_path(&pod, 1), None);
+    assert_eq!(code, 200, "{ip}");
+    let ip = &ip[0];
+    assert_eq!(ip["ip-address"], "10.2.0.12");
+    assert_eq!(
+        (ip["rx-vlan-id"].clone(), ip["tx-vlan-id"].clone()),
+        (json!(101), json!(101))
+    );
+    // No host interface was registered: the agent names the port after the VMI.
+    assert_eq!(
+        ip["system-name"],
+        format!("{}__{}", pod.name, pod.vmis[1].uuid)
+    );
+    assert_eq!(sim.violations(), [] as [Value; 0]);
+}
+
+#[test]
+fn a_registration_of_a_nested_vmi_breaks_it_and_is_recorded() {
+    // `vm_interface_config.cc` `ComputeTypeInfo`: "Have got InstancePortAdd message. Treat it
+    // as VM_ON_TAP": the agent then looks for a tap of that name on the hypervisor.
+    let pod = nested_pod();
+    let sim = Sim::start(&[&pod], &[]);
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 0), None).0, 200);
+    let (code, _) = call(
+        &sim,
+        "POST",
+        "/vm",
+        Some(&port(&sim, &pod, 0, "tapnotthere0002")),
+    );
+    assert_eq!(code, 200, "the agent takes it");
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 0), None).0, 404);
+    assert_eq!(
+        call(&sim, "GET", &ip_path(&pod, 1), None).0,
+        200,
+        "the other VMI is fine"
+    );
+    assert_eq!(
+        sim.violations(),
+        [json!({"request": "POST /vm", "vmi-uuid": pod.vmis[0].uuid})]
+    );
+    call(&sim, "DELETE", &format!("/vm/{}", pod.uuid), None);
+    assert_eq!(
+        sim.violations()[1],
+        json!({"request": format!("DELETE /vm/{}", pod.uuid)})
+    );
+}

@@ -1286,6 +1286,7 @@ fn test_vmi(uuid: String, network: &str, index: u32, count: u32, interface: Opti
         default_gw: false,
         namespace: Some("default".into()),
         name: Some("p".into()),
+        vlan: None,
     }
 }
 

@@ -425,6 +425,12 @@ impl Sim {
         *self = Sim::spawn(&self.bin, dir, &self.ip, args);
     }
 
+    /// The agent restarts (on another port) serving `pods`, as after kube-manager changed them.
+    pub fn restart_with(&mut self, pods: &[&PodSpec], args: &[&str]) {
+        self.stop();
+        *self = Sim::spawn(&self.bin, Sim::pods_file(pods), &self.ip, args);
+    }
+
     fn spawn(bin: &Path, dir: TempDir, ip: &str, args: &[&str]) -> Sim {
         enter_node();
         let file = dir.0.join("pods.json");
@@ -486,6 +492,11 @@ impl Sim {
             "host-ifname": host_ifname, "vm-ifname": vm_ifname, "vn-uuid": vn, "vmi-uuid": vmi});
         let url = format!("http://{}:{}/vm", self.ip, self.port);
         ureq::post(&url).send_json(&port).unwrap();
+    }
+
+    /// The requests a nested node must never send that it received (see the simulator).
+    pub fn violations(&self) -> Vec<Value> {
+        self.get("/sim/violations").as_array().unwrap().clone()
     }
 
     /// How many requests it served (its own `/sim/` ones aside).
@@ -1040,6 +1051,18 @@ impl Fixture {
     /// is pointed at it.
     pub fn restart_agent(&mut self, sim_args: &[&str]) {
         self.sim.restart(sim_args);
+        self.point_at_agent();
+    }
+
+    /// The pod's VMIs change in Contrail (`change` edits them) and the agent, restarted on
+    /// another port, serves them so.
+    pub fn change_vmis(&mut self, change: impl FnOnce(&mut Vec<VmiSpec>)) {
+        change(&mut self.pod.vmis);
+        self.sim.restart_with(&[&self.pod], &[]);
+        self.point_at_agent();
+    }
+
+    fn point_at_agent(&mut self) {
         self.node.port = self.sim.port;
         self.node.set("vrouter-port", json!(self.sim.port));
     }
