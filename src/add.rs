@@ -107,14 +107,18 @@ impl Add<'_> {
     /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod
     /// never take the same VMI, and a crash after this point leaves records a DEL acts on.
     fn claim(&mut self, vmis: &[Vmi]) -> Result<Claimed> {
-        let mut pod = teardown::open(&self.agent, &self.state, &self.vm_name)?;
-        let claimed = self.record_claims(&mut pod, vmis);
+        let (mut pod, files) = teardown::open(&self.agent, &self.state, &self.vm_name)?;
+        let claimed = self.record_claims(&mut pod, &files, vmis);
         teardown::close(pod)?;
         claimed
     }
 
-    fn record_claims(&mut self, pod: &mut PodDir, vmis: &[Vmi]) -> Result<Claimed> {
-        let files = pod.files().map_err(Error::io("reading", pod.path()))?;
+    fn record_claims(
+        &mut self,
+        pod: &mut PodDir,
+        files: &PodFiles,
+        vmis: &[Vmi],
+    ) -> Result<Claimed> {
         for u in &files.unreadable {
             log::warn!(
                 "leaving unreadable state file {} alone: {}",
@@ -122,7 +126,7 @@ impl Add<'_> {
                 u.why
             );
         }
-        let wanted = self.choose(vmis, &files)?;
+        let wanted = self.choose(vmis, files)?;
         let cid = &self.env.container_id;
         // An interrupted ADD's attachment may have its interface already: it is replaced. Any
         // other name (a new claim, a reservation) must be free in the pod.
@@ -256,7 +260,7 @@ impl Add<'_> {
         let mut outcomes = Vec::with_capacity(specs.len());
         for (spec, r) in specs.iter().zip(records) {
             let defaults = links::configure(&mut self.ctr, spec)?;
-            let host_mac = self.links.host_side(r)?.and_then(|l| l.mac);
+            let host_mac = self.links.host_mac(r)?;
             outcomes.push(spec.outcome(host_mac, &defaults));
         }
         crate::crash::point("addressed");
@@ -271,13 +275,9 @@ impl Add<'_> {
     /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
     /// ADD is undone rather than leave an interface no record knows.
     fn still_held(&self, records: &[Record]) -> Result<()> {
-        let pod = teardown::open(&self.agent, &self.state, &self.vm_name)?;
-        let held = pod
-            .files()
-            .map_err(Error::io("reading", pod.path()))?
-            .records;
+        let (pod, files) = teardown::open(&self.agent, &self.state, &self.vm_name)?;
         teardown::close(pod)?;
-        match records.iter().find(|r| !held.contains(r)) {
+        match records.iter().find(|r| !files.records.contains(r)) {
             Some(gone) => Err(Error::Interface(Conflict::TakenOver {
                 ifname: gone.ifname.clone(),
             })),
@@ -295,9 +295,13 @@ impl Add<'_> {
             Registered::No
         };
         let failed = match teardown::open(&self.agent, &self.state, &self.vm_name) {
-            Err(e) => vec![e],
-            Ok(mut pod) => {
-                let files = pod.files().unwrap_or_default();
+            Err(e) => {
+                // The pod's state cannot be locked or read: its interfaces go all the same.
+                let mut failed = vec![e];
+                failed.extend(self.links.remove(&made.links).into_iter().map(|(_, e)| e));
+                failed
+            }
+            Ok((mut pod, files)) => {
                 let ours = |r: &&Record| {
                     !files
                         .records

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
+use crate::http;
 use crate::pod::Pod;
 use crate::vmi::{self, IpConfig, Vmi};
 
@@ -40,7 +41,7 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(20);
 /// The shortest time worth giving one request near the end of the wait.
 const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 /// Answers are a few hundred bytes; anything this large is not the agent.
-const MAX_BODY: u64 = 1 << 20;
+const MAX_BODY: usize = 1 << 20;
 
 /// Time this process spent in [`Agent::poll`]: one CNI call per process, so it is the call's.
 static WAITED_NS: AtomicU64 = AtomicU64::new(0);
@@ -51,7 +52,7 @@ pub fn waited() -> Duration {
 }
 
 pub struct Agent {
-    http: ureq::Agent,
+    http: http::Client,
     base: String,
     poll_timeout: Duration,
     /// When the client was made, at the start of the invocation.
@@ -72,48 +73,11 @@ pub enum Poll<T> {
     NotYet(String),
 }
 
-/// The agent's address is an IP literal (`vrouter-ip`): nothing to resolve. ureq's default
-/// resolver would start a thread per request to bound the lookup by the request's timeout.
-/// `ureq::unversioned` is outside ureq's semver promise: Cargo.lock pins 3.5.1, and an update
-/// of ureq must be checked against this (the build fails loudly if it changed).
-#[derive(Debug)]
-struct Literal(std::net::SocketAddr);
-
-impl ureq::unversioned::resolver::Resolver for Literal {
-    fn resolve(
-        &self,
-        _: &ureq::http::Uri,
-        _: &ureq::config::Config,
-        _: ureq::unversioned::transport::NextTimeout,
-    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
-        let mut addrs = self.empty();
-        addrs.push(self.0);
-        Ok(addrs)
-    }
-}
-
 impl Agent {
     pub fn new(conf: &Contrail) -> Agent {
-        let config = ureq::Agent::config_builder()
-            // The agent is on loopback: a proxy from the environment would only break it.
-            .proxy(None)
-            .http_status_as_error(false)
-            .timeout_connect(Some(conf.poll_timeout.min(Duration::from_secs(1))))
-            .timeout_global(Some(conf.poll_timeout))
-            .user_agent("contrail-k8s-cni")
-            // Answers are a few hundred bytes: 16 KiB buffers instead of 128 KiB ones, zeroed
-            // (and so resident) for every connection.
-            .input_buffer_size(16 * 1024)
-            .output_buffer_size(16 * 1024)
-            .max_response_header_size(8 * 1024)
-            .build();
-        // vrouter-ip is an address: nothing to resolve (see `Literal`).
         let addr = std::net::SocketAddr::new(conf.vrouter_ip, conf.vrouter_port);
-        let http = ureq::Agent::with_parts(
-            config,
-            ureq::unversioned::transport::DefaultConnector::new(),
-            Literal(addr),
-        );
+        let connect = conf.poll_timeout.min(Duration::from_secs(1));
+        let http = http::Client::new(addr, connect, MAX_BODY);
         let base = match conf.vrouter_ip {
             std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
             std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),
@@ -166,42 +130,13 @@ impl Agent {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>> {
-        let url = format!("{}{path}", self.base);
-        let transport =
-            |e: ureq::Error| self.fault(method, path, AgentFault::Transport(e.to_string()));
-        let t = Some(timeout);
-        let mut resp = match method {
-            Method::Post => self
-                .http
-                .post(&url)
-                .config()
-                .timeout_global(t)
-                .build()
-                .send_json(body.unwrap_or(&Value::Null)),
-            Method::Delete => self
-                .http
-                .delete(&url)
-                .config()
-                .timeout_global(t)
-                .build()
-                .call(),
-            Method::Get => self
-                .http
-                .get(&url)
-                .config()
-                .timeout_global(t)
-                .build()
-                .call(),
-        }
-        .map_err(transport)?;
-        match resp.status().as_u16() {
-            200 => resp
-                .body_mut()
-                .with_config()
-                .limit(MAX_BODY)
-                .read_to_vec()
-                .map(Some)
-                .map_err(transport),
+        let body = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
+        let answer = self
+            .http
+            .send(method.as_str(), path, body.as_deref(), timeout)
+            .map_err(|why| self.fault(method, path, AgentFault::Transport(why)))?;
+        match answer.status {
+            200 => Ok(Some(answer.body)),
             404 => Ok(None),
             status => Err(self.fault(method, path, AgentFault::Status(status))),
         }
@@ -399,20 +334,15 @@ impl Agent {
     /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an
     /// unknown VM name gets). Code 50 when it does not.
     pub fn reachable(&self) -> Result<()> {
-        let url = format!("{}/vm-cfg/contrail-k8s-cni-status", self.base);
-        let t = Some(self.poll_timeout.min(Duration::from_secs(2)));
+        let t = self.poll_timeout.min(Duration::from_secs(2));
         match self
             .http
-            .get(&url)
-            .config()
-            .timeout_global(t)
-            .build()
-            .call()
+            .send("GET", "/vm-cfg/contrail-k8s-cni-status", None, t)
         {
             Ok(_) => Ok(()),
-            Err(e) => Err(Error::Unavailable {
+            Err(why) => Err(Error::Unavailable {
                 agent: self.base.clone(),
-                why: e.to_string(),
+                why,
             }),
         }
     }

@@ -28,8 +28,8 @@ pub fn check(call: &mut Call) -> Result<()> {
     }
     let contrail = &call.conf.contrail;
     let agent = Agent::new(contrail);
-    let pod = teardown::open(&agent, &state, &vm_name)?;
-    let ours = call.ours(pod.files().map_err(Error::io("reading", pod.path()))?);
+    let (pod, files) = teardown::open(&agent, &state, &vm_name)?;
+    let ours = call.ours(files);
     teardown::close(pod)?;
     if let Some(r) = ours.reserved.first() {
         return Err(Mismatch::Failed {

@@ -53,8 +53,8 @@ fn remove(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
     }
     let contrail = &call.conf.contrail;
     let agent = Agent::new(contrail);
-    let mut pod = teardown::open(&agent, state, vm_name)?;
-    let ours = call.ours(pod.files().map_err(Error::io("reading", pod.path()))?);
+    let (mut pod, files) = teardown::open(&agent, state, vm_name)?;
+    let ours = call.ours(files);
     let mut links = Links::new(contrail)?;
     let removed = teardown::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
     teardown::close(pod)?;

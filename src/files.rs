@@ -140,10 +140,28 @@ pub(crate) fn is_temp(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".tmp")
 }
 
+/// Whether a file was last written before this boot: a call in flight never leaves one, only
+/// a machine that went down. The boot time is the wall clock now minus the time since boot, as
+/// the kernel itself reports it (`btime`), so a wall clock stepped forward after boot by more
+/// than a file's age makes that file look older than the boot.
+pub(crate) fn written_before_boot(st: &FileStat) -> bool {
+    let Ok(up) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) else {
+        return false;
+    };
+    let up = std::time::Duration::new(up.tv_sec() as u64, up.tv_nsec() as u32);
+    let Some(boot) = std::time::SystemTime::now().checked_sub(up) else {
+        return false;
+    };
+    let written = std::time::UNIX_EPOCH
+        + std::time::Duration::new(st.st_mtime as u64, st.st_mtime_nsec as u32);
+    written < boot
+}
+
 /// Whether [`write_atomic`] makes the content durable before the rename (fsync).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sync {
-    /// A kill cannot tear the file either way; a power loss may leave it empty.
+    /// A kill cannot tear the file either way; a power loss may leave it empty (state files:
+    /// see `state::PodFiles::torn`).
     No,
     /// After a power loss the file is the old one or the whole new one.
     Yes,

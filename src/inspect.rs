@@ -13,15 +13,11 @@ use crate::netlink::{Netns, Socket};
 use crate::state::{Record, StateDir, Then};
 use crate::vmi::Mac;
 
-/// Show this node's attachments, joined with the pods' namespaces, the host and the agent.
-#[derive(Debug, clap::Args)]
+/// Which node-wide file, and how to print (`cli` documents each option).
+#[derive(Debug)]
 pub struct Options {
-    /// The node-wide config (default: the first *contrail.conf in /etc/cni/net.d, or in
-    /// $CONTRAIL_CNI_CONF_DIR).
-    #[arg(long, value_name = "FILE")]
+    /// Default: the one a CNI call reads.
     pub config: Option<PathBuf>,
-    /// Print JSON for tools instead of a table.
-    #[arg(long)]
     pub json: bool,
 }
 
@@ -78,6 +74,8 @@ pub(crate) enum Finding {
     Failed,
     TempFile(String),
     Unreadable(String),
+    /// Empty or torn, from before this boot: left by a power loss.
+    Torn(String),
     /// Registered with the agent (for pod vm-uuid) without a state file.
     RegisteredWithoutState(String),
     NotOurs,
@@ -99,6 +97,9 @@ impl Finding {
             Finding::Failed => "ADD failed: holds its VMI, no interface".into(),
             Finding::TempFile(name) => format!("temp file left by a killed call: {name}"),
             Finding::Unreadable(why) => format!("unreadable state file: {why}"),
+            Finding::Torn(name) => {
+                format!("state file left empty or torn by a power loss: {name}")
+            }
             Finding::RegisteredWithoutState(_) => {
                 "registered with the agent without a state file".into()
             }
@@ -119,7 +120,7 @@ impl Finding {
                 "check the VMI and its IPAM in Contrail, then delete the pod".into()
             }
             Finding::AgentUnreachable => "check the vRouter agent on this node".into(),
-            Finding::EmptyPodDirectory | Finding::TempFile(_) => {
+            Finding::EmptyPodDirectory | Finding::TempFile(_) | Finding::Torn(_) => {
                 "the next call for the pod, or GC, removes it".into()
             }
             Finding::DeregistrationPending => {
@@ -256,6 +257,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
                 .map_err(Error::io("reading", &dir.join(&vm_name)))?;
             let empty = files.records.is_empty()
                 && files.unreadable.is_empty()
+                && files.torn.is_empty()
                 && files.reserved.is_empty()
                 && files.pending.is_empty()
                 && files.temps.is_empty()
@@ -278,6 +280,9 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             }
             for t in files.temps {
                 rows.push(debris(&vm_name, &Finding::TempFile(t)));
+            }
+            for t in files.torn {
+                rows.push(debris(&vm_name, &Finding::Torn(t)));
             }
             for name in files.others {
                 rows.push(debris(&format!("{vm_name}/{name}"), &Finding::NotOurs));
@@ -499,6 +504,7 @@ mod tests {
             ),
             (Finding::Failed, "retries the ADD"),
             (Finding::TempFile(".x.tmp".into()), "or GC, removes it"),
+            (Finding::Torn("x".into()), "or GC, removes it"),
             (
                 Finding::Unreadable("a FIFO".into()),
                 "remove it if no pod needs it",

@@ -12,27 +12,17 @@ use crate::files::{self, Sync};
 
 const BINARY: &str = "contrail-k8s-cni";
 
-/// Copy this binary, and the node-wide config, into place.
-#[derive(Debug, clap::Args)]
+/// What to install, and whether to keep watching (`cli` documents each option).
+#[derive(Debug)]
 pub struct Options {
-    /// Where CNI plugins live on the node (the kubelet's CNI bin dir).
-    #[arg(long, value_name = "DIR")]
     pub bin_dir: PathBuf,
-    /// Where the node's CNI configs live.
-    #[arg(long, value_name = "DIR", requires = "conf")]
+    /// With `conf`: the node's CNI config directory.
     pub conf_dir: Option<PathBuf>,
-    /// The node-wide config to install there (checked as the plugin would read it).
-    #[arg(long, value_name = "FILE", requires = "conf_dir")]
     pub conf: Option<PathBuf>,
-    /// Keep running (the DaemonSet's container): install again whatever changes, sweep the
-    /// attachments of sandboxes that are gone, exit 0 on SIGTERM.
-    #[arg(long)]
     pub watch: bool,
-    /// With --watch: seconds between sweeps (0: no sweep; needs --conf).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// Seconds; 0: no sweep.
     pub sweep_interval: u64,
-    /// With --watch: a sandbox's attachments are swept only when their state is older than this.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    /// Seconds.
     pub sweep_grace: u64,
 }
 

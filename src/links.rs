@@ -245,6 +245,15 @@ impl Links {
             .collect()
     }
 
+    /// The MAC of the record's host side, for the result: a veth end's is fixed by its VMI (no
+    /// need to ask), a VLAN link's is its parent's.
+    pub(crate) fn host_mac(&mut self, record: &Record) -> Result<Option<Mac>> {
+        match self.kind {
+            VifType::Veth => Ok(Some(Mac(names::host_mac(&record.vmi_uuid)))),
+            VifType::Macvlan => Ok(self.host_side(record)?.and_then(|l| l.mac)),
+        }
+    }
+
     /// What the host shows of the record's host side.
     pub(crate) fn host_side(&mut self, record: &Record) -> Result<Option<LinkSeen>> {
         Ok(self.host.link(&record.host_ifname)?.map(seen))

@@ -6,8 +6,7 @@ use std::io::{Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-
+use contrail_k8s_cni::cli::{self, Command, Usage};
 use contrail_k8s_cni::cni::{self, Env, Version};
 use contrail_k8s_cni::{Error, Result, inspect, install};
 
@@ -56,22 +55,6 @@ fn cni_call() -> ExitCode {
     status
 }
 
-/// A CNI plugin that connects Kubernetes pods to Contrail / Tungsten Fabric networks, one
-/// interface per call. Runtimes and meta-plugins run it with CNI_COMMAND set; these
-/// subcommands are for operators.
-#[derive(Parser)]
-#[command(name = "contrail-k8s-cni")]
-struct Cli {
-    #[command(subcommand)]
-    command: Subcommands,
-}
-
-#[derive(Subcommand)]
-enum Subcommands {
-    Install(install::Options),
-    Inspect(inspect::Options),
-}
-
 /// Run by hand. With no arguments, what the reference plugins print (on stderr, exit 0).
 fn by_hand() -> ExitCode {
     if std::env::args_os().len() <= 1 {
@@ -82,12 +65,18 @@ fn by_hand() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let version: &'static str = Box::leak(contrail_k8s_cni::version().into_boxed_str());
-    let cli = Cli::command().version(version).get_matches();
-    let cli = Cli::from_arg_matches(&cli).unwrap_or_else(|e| e.exit());
-    let result = match &cli.command {
-        Subcommands::Install(opts) => install::run(opts),
-        Subcommands::Inspect(opts) => inspect::run(opts),
+    let result = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Command::Install(opts)) => install::run(&opts),
+        Ok(Command::Inspect(opts)) => inspect::run(&opts),
+        Ok(Command::Help(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => Ok(format!("contrail-k8s-cni {}", contrail_k8s_cni::version())),
+        Err(Usage(text)) => {
+            eprint!("{text}");
+            return ExitCode::from(2);
+        }
     };
     match result {
         Ok(out) => {

@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{
-    ErrorMessage, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator,
+    DecodeError, Emitable, ErrorMessage, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_EXCL, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, NetlinkSerializable, NlasIterator, Parseable,
 };
+use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoMacVlan, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo,
@@ -26,13 +28,68 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
     RouteVia,
 };
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{SocketAddr, protocols::NETLINK_ROUTE};
 use nix::sched::{CloneFlags, setns};
 
 /// Room for one datagram of a dump: the kernel fills them up to 32 KiB for a reader with a
 /// buffer that large. Allocated, not zeroed: only what the kernel writes is touched.
 const RECV_BUF: usize = 32 * 1024;
+
+/// The rtnetlink messages this module sends and reads, with their message type (`RTM_*`). Only
+/// these are encoded and decoded: the crate's codecs of every other rtnetlink family (traffic
+/// control, neighbours, rules, ...) stay out of the binary, whose pages every call touches.
+#[derive(Debug)]
+enum Message {
+    Link(u16, LinkMessage),
+    Address(u16, AddressMessage),
+    Route(u16, RouteMessage),
+}
+
+impl NetlinkSerializable for Message {
+    fn message_type(&self) -> u16 {
+        match self {
+            Message::Link(t, _) | Message::Address(t, _) | Message::Route(t, _) => *t,
+        }
+    }
+
+    fn buffer_len(&self) -> usize {
+        match self {
+            Message::Link(_, m) => m.buffer_len(),
+            Message::Address(_, m) => m.buffer_len(),
+            Message::Route(_, m) => m.buffer_len(),
+        }
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        match self {
+            Message::Link(_, m) => m.emit(buffer),
+            Message::Address(_, m) => m.emit(buffer),
+            Message::Route(_, m) => m.emit(buffer),
+        }
+    }
+}
+
+impl NetlinkDeserializable for Message {
+    type Error = DecodeError;
+
+    /// The replies to this module's requests: new links, addresses and routes (a dump's).
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Message, DecodeError> {
+        Ok(match header.message_type {
+            libc::RTM_NEWLINK => Message::Link(libc::RTM_NEWLINK, LinkMessage::parse(payload)?),
+            libc::RTM_NEWADDR => {
+                Message::Address(libc::RTM_NEWADDR, AddressMessage::parse(payload)?)
+            }
+            libc::RTM_NEWROUTE => Message::Route(libc::RTM_NEWROUTE, RouteMessage::parse(payload)?),
+            t => return Err(format!("unexpected rtnetlink message type {t}").into()),
+        })
+    }
+}
+
+impl From<Message> for NetlinkPayload<Message> {
+    fn from(m: Message) -> NetlinkPayload<Message> {
+        NetlinkPayload::InnerMessage(m)
+    }
+}
 
 /// An opened network namespace (the `CNI_NETNS` path).
 ///
@@ -229,9 +286,9 @@ impl Socket {
     fn request(
         &mut self,
         op: &dyn Fn() -> String,
-        message: RouteNetlinkMessage,
+        message: Message,
         flags: u16,
-    ) -> Result<Vec<RouteNetlinkMessage>, Error> {
+    ) -> Result<Vec<Message>, Error> {
         self.seq = self.seq.wrapping_add(1);
         let mut packet = NetlinkMessage::new(NetlinkHeader::default(), message.into());
         packet.header.flags = NLM_F_REQUEST | flags;
@@ -251,7 +308,7 @@ impl Socket {
                 .map_err(|e| Error::new(op(), e))?;
             let mut rest = &self.buf[..n];
             while !rest.is_empty() {
-                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)
+                let reply = NetlinkMessage::<Message>::deserialize(rest)
                     .map_err(|e| Error::invalid(op(), e.to_string()))?;
                 let len = (reply.header.length as usize).next_multiple_of(4);
                 rest = rest.get(len..).unwrap_or_default();
@@ -280,7 +337,7 @@ impl Socket {
     fn change(
         &mut self,
         op: &dyn Fn() -> String,
-        message: RouteNetlinkMessage,
+        message: Message,
         extra: u16,
     ) -> Result<(), Error> {
         self.request(op, message, NLM_F_ACK | extra).map(drop)
@@ -291,13 +348,13 @@ impl Socket {
         let op = || "list links".to_string();
         let replies = self.request(
             &op,
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            Message::Link(libc::RTM_GETLINK, LinkMessage::default()),
             NLM_F_DUMP,
         )?;
         Ok(replies
             .into_iter()
             .filter_map(|r| match r {
-                RouteNetlinkMessage::NewLink(l) => Some(link_from(l)),
+                Message::Link(libc::RTM_NEWLINK, l) => Some(link_from(l)),
                 _ => None,
             })
             .collect())
@@ -308,9 +365,9 @@ impl Socket {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         let op = || format!("get link {name}");
-        match self.request(&op, RouteNetlinkMessage::GetLink(m), NLM_F_ACK) {
+        match self.request(&op, Message::Link(libc::RTM_GETLINK, m), NLM_F_ACK) {
             Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
-                RouteNetlinkMessage::NewLink(l) => Some(link_from(l)),
+                Message::Link(libc::RTM_NEWLINK, l) => Some(link_from(l)),
                 _ => None,
             })),
             Err(e) if e.is_not_found() => Ok(None),
@@ -343,7 +400,7 @@ impl Socket {
         ]));
         self.change(
             &op,
-            RouteNetlinkMessage::NewLink(message),
+            Message::Link(libc::RTM_NEWLINK, message),
             NLM_F_CREATE | NLM_F_EXCL,
         )
         .map_err(|e| e.mtu_detail(host.mtu, peer.mtu))
@@ -371,7 +428,7 @@ impl Socket {
         ]));
         self.change(
             &op,
-            RouteNetlinkMessage::NewLink(m),
+            Message::Link(libc::RTM_NEWLINK, m),
             NLM_F_CREATE | NLM_F_EXCL,
         )
         .map_err(|e| e.mtu_detail(vlan.mtu, vlan.mtu))?;
@@ -382,7 +439,7 @@ impl Socket {
         m.attributes
             .push(LinkAttribute::IfAlias(vlan.alias.to_string()));
         let op = || format!("set the alias of {}", vlan.name);
-        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+        self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
     /// Creates a macvlan (VEPA: everything goes out to the lower device, nothing is bridged
@@ -402,7 +459,7 @@ impl Socket {
         ]));
         self.change(
             &op,
-            RouteNetlinkMessage::NewLink(m),
+            Message::Link(libc::RTM_NEWLINK, m),
             NLM_F_CREATE | NLM_F_EXCL,
         )
         .map_err(|e| e.mtu_detail(end.mtu, end.mtu))
@@ -413,7 +470,7 @@ impl Socket {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         let op = || format!("delete link {name}");
-        match self.change(&op, RouteNetlinkMessage::DelLink(m), 0) {
+        match self.change(&op, Message::Link(libc::RTM_DELLINK, m), 0) {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e),
@@ -456,7 +513,7 @@ impl Socket {
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         m.attributes.push(LinkAttribute::Group(group));
         let op = || format!("put link {name} in group {group}");
-        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+        self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
     /// Deletes every link of `group` in this netns; Ok when there is none.
@@ -464,7 +521,7 @@ impl Socket {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::Group(group));
         let op = || format!("delete the links of group {group}");
-        match self.change(&op, RouteNetlinkMessage::DelLink(m), 0) {
+        match self.change(&op, Message::Link(libc::RTM_DELLINK, m), 0) {
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
@@ -477,7 +534,7 @@ impl Socket {
         let mut m = LinkMessage::default();
         m.header.index = index;
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
-        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+        self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
     pub fn set_up(&mut self, index: u32) -> Result<(), Error> {
@@ -486,7 +543,7 @@ impl Socket {
         m.header.flags = LinkFlags::Up;
         m.header.change_mask = LinkFlags::Up;
         let op = || format!("set link #{index} up");
-        self.change(&op, RouteNetlinkMessage::SetLink(m), 0)
+        self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
     /// Add an address; IPv6 with `IFA_F_NODAD` so it is usable at once: DAD would keep it
@@ -517,7 +574,7 @@ impl Socket {
         let op = || format!("add address {addr} to link #{index}");
         self.change(
             &op,
-            RouteNetlinkMessage::NewAddress(m),
+            Message::Address(libc::RTM_NEWADDR, m),
             NLM_F_CREATE | NLM_F_EXCL,
         )
     }
@@ -526,12 +583,12 @@ impl Socket {
         let mut m = AddressMessage::default();
         m.header.index = index;
         let op = || format!("list addresses of link #{index}");
-        let replies = self.request(&op, RouteNetlinkMessage::GetAddress(m), NLM_F_DUMP)?;
+        let replies = self.request(&op, Message::Address(libc::RTM_GETADDR, m), NLM_F_DUMP)?;
         replies
             .iter()
             .filter_map(|r| match r {
                 // Without strict checking the kernel sends every link's addresses.
-                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => addr_from(a),
+                Message::Address(libc::RTM_NEWADDR, a) if a.header.index == index => addr_from(a),
                 _ => None,
             })
             .collect::<Result<_, _>>()
@@ -555,7 +612,7 @@ impl Socket {
         let (op, message) = route_message(verb, route);
         self.change(
             &|| op.clone(),
-            RouteNetlinkMessage::NewRoute(message),
+            Message::Route(libc::RTM_NEWROUTE, message),
             NLM_F_CREATE | how,
         )
     }
@@ -570,12 +627,12 @@ impl Socket {
             AddressFamily::Inet
         };
         let op = || format!("list IPv{} routes", if v6 { 6 } else { 4 });
-        let replies = self.request(&op, RouteNetlinkMessage::GetRoute(m), NLM_F_DUMP)?;
+        let replies = self.request(&op, Message::Route(libc::RTM_GETROUTE, m), NLM_F_DUMP)?;
         replies
             .iter()
             .filter_map(|r| match r {
                 // A dump without strict checking returns every table.
-                RouteNetlinkMessage::NewRoute(m)
+                Message::Route(libc::RTM_NEWROUTE, m)
                     if m.header.table == RouteHeader::RT_TABLE_MAIN
                         && m.header.kind == RouteType::Unicast =>
                 {

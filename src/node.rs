@@ -107,11 +107,10 @@ fn release_in(
 ) -> Result<usize> {
     // A pod a call is working on is skipped: this never waits for a slow call, and that call,
     // or the next pass, finishes what is pending.
-    let Some(mut pod) = teardown::try_open(agent, state, vm_name)? else {
+    let Some((mut pod, files)) = teardown::try_open(agent, state, vm_name)? else {
         log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
         return Ok(0);
     };
-    let files = pod.files().map_err(Error::io("reading", pod.path()))?;
     let mut locks = Vec::new();
     let (mut records, mut reserved) = (Vec::new(), Vec::new());
     let candidates = files

@@ -10,6 +10,9 @@
 //!   first goes and the second becomes `.reserved`. A rename needs no new space, so a DEL works
 //!   on a full disk (`teardown` owns the order).
 //!
+//! Nothing is fsynced: a killed call cannot tear a file (each is renamed into place whole), and
+//! what a power loss tears is recognised by its age and removed (see [`PodFiles::torn`]).
+//!
 //! Locks live in `config-dir/.locks/`, so that a lock never keeps a pod's directory alive.
 //!
 //! The directory is trusted no further than needed: everything below `config-dir` is opened
@@ -31,7 +34,9 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
 
 use crate::cni::valid_name;
-use crate::files::{self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at};
+use crate::files::{
+    self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at, written_before_boot,
+};
 use crate::names::attachment_lock;
 use crate::vmi::{Claim, valid_uuid};
 
@@ -506,6 +511,13 @@ pub struct PodFiles {
     pub records: Vec<Record>,
     /// Attachment files that could not be read.
     pub unreadable: Vec<Unreadable>,
+    /// State files (an attachment's or a reservation) that a power loss left empty or torn:
+    /// regular files that are no JSON object for their VMI, last written before this boot.
+    /// State files are not fsynced, so a power loss may keep a rename and lose the content; a
+    /// call in flight never leaves one (it renames whole files into place), and the sandbox
+    /// such a file was for died with the node. Removed by whoever locks the pod next
+    /// ([`PodDir::files`]); they hold no VMI. One of this boot is `unreadable` instead.
+    pub torn: Vec<String>,
     /// Failed attachments' claims (`.reserved`, and `.reserve` still pending).
     pub reserved: Vec<Record>,
     /// Released records whose deregistration is pending.
@@ -523,6 +535,7 @@ impl PodFiles {
         let mut files = PodFiles {
             records: Vec::new(),
             unreadable: Vec::new(),
+            torn: Vec::new(),
             reserved: Vec::new(),
             pending: Vec::new(),
             legacy_resync: None,
@@ -540,6 +553,13 @@ impl PodFiles {
                 .and_then(|b| parse_record(b, vmi));
             (bytes, record)
         };
+        // Read whole (a regular file within bounds) yet not a port of this VMI, and older than
+        // the boot: see `torn`.
+        let torn = |name: &str, port: &Option<serde_json::Value>, bytes: &Result<_, _>| {
+            port.is_none()
+                && bytes.is_ok()
+                && stat_at(dir, name).is_ok_and(|st| st.is_some_and(|st| written_before_boot(&st)))
+        };
         for (name, _) in entries(dir)? {
             if is_temp(&name) {
                 files.temps.push(name);
@@ -550,22 +570,27 @@ impl PodFiles {
             } else if valid_uuid(&name) {
                 match read(&name, &name) {
                     (_, Ok(r)) => files.records.push(r),
-                    (bytes, Err(why)) => files.unreadable.push(Unreadable {
-                        path: path.join(&name),
-                        port: bytes
-                            .ok()
-                            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                            .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(&name)),
-                        vmi_uuid: name,
-                        why,
-                    }),
+                    (bytes, Err(why)) => {
+                        let port = port_of(bytes.as_deref().ok(), &name);
+                        if torn(&name, &port, &bytes) {
+                            files.torn.push(name);
+                        } else {
+                            files.unreadable.push(Unreadable {
+                                path: path.join(&name),
+                                port,
+                                vmi_uuid: name,
+                                why,
+                            });
+                        }
+                    }
                 }
             } else if let Some((vmi, suffix)) = name
                 .strip_prefix('.')
                 .and_then(|n| n.split_once('.'))
                 .filter(|(vmi, _)| valid_uuid(vmi))
             {
-                let record = read(&name, vmi).1.ok();
+                let (bytes, record) = read(&name, vmi);
+                let record = record.ok();
                 let then = match suffix {
                     "release" => Some(Then::Gone),
                     "reserve" => Some(Then::Reserved),
@@ -587,6 +612,7 @@ impl PodFiles {
                         });
                     }
                     (None, Some(r)) => files.reserved.push(r),
+                    (None, None) if torn(&name, &None, &bytes) => files.torn.push(name.clone()),
                     // A reservation that cannot be read holds nothing: it is debris.
                     (None, None) => files.others.push(name.clone()),
                 }
@@ -599,6 +625,7 @@ impl PodFiles {
         files.reserved.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
         files.pending.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
         files.others.sort();
+        files.torn.sort();
         Ok(files)
     }
 
@@ -612,6 +639,13 @@ impl PodFiles {
             .chain(self.unreadable.iter().map(Unreadable::claim))
             .collect()
     }
+}
+
+/// A file's content as the agent reads it on restart, when it is a JSON object for `vmi`.
+fn port_of(bytes: Option<&[u8]>, vmi: &str) -> Option<serde_json::Value> {
+    bytes
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(vmi))
 }
 
 fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
@@ -735,9 +769,24 @@ impl PodDir {
         &self.name
     }
 
-    /// What the pod's directory holds.
+    /// What the pod's directory holds, once what a power loss left torn is gone (see
+    /// [`PodFiles::torn`]): every call for the pod, GC and the sweep read it here.
     pub fn files(&self) -> io::Result<PodFiles> {
-        PodFiles::read(self.dir.as_ref(), &self.path)
+        let mut files = PodFiles::read(self.dir.as_ref(), &self.path)?;
+        if let Some(dir) = &self.dir {
+            for name in files.torn.drain(..) {
+                let path = self.path.join(&name);
+                log::warn!(
+                    "removing {}: empty or torn and last written before this boot, left by a \
+                     power loss",
+                    path.display()
+                );
+                if let Err(e) = files::unlink(dir, &name) {
+                    log::warn!("could not remove {}: {e}", path.display());
+                }
+            }
+        }
+        Ok(files)
     }
 
     /// The pod's directory, created (0700) on its first file.
@@ -758,7 +807,7 @@ impl PodDir {
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
         let dir = self.dir()?;
-        files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::Yes)?;
+        files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::No)?;
         for suffix in [RESERVED, Then::Reserved.suffix()] {
             files::unlink(dir, &dotted(&record.vmi_uuid, suffix))?;
         }
@@ -946,6 +995,74 @@ mod tests {
         assert_eq!(state.read_pod(POD).unwrap().temps, [format!(".{B}.tmp")]);
         let pod = state.lock_pod(POD).unwrap();
         assert_eq!(names(pod.path()), [A]);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The boot time as `written_before_boot` computes it, give or take microseconds.
+    fn boot() -> std::time::SystemTime {
+        let up = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).unwrap();
+        std::time::SystemTime::now()
+            - std::time::Duration::new(up.tv_sec() as u64, up.tv_nsec() as u32)
+    }
+
+    #[test]
+    fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
+        let (c, d, e) = (
+            "b86ac068-cf0e-11e8-b196-002590aaa966",
+            "b86ac068-cf0e-11e8-b196-002590aaa967",
+            "b86ac068-cf0e-11e8-b196-002590aaa968",
+        );
+        let root = tempdir("torn");
+        let state = StateDir::open(&root).unwrap();
+        state
+            .lock_pod(POD)
+            .unwrap()
+            .write(&record(A, "c1", "eth0"))
+            .unwrap();
+        let dir = root.join(POD);
+        let before = boot() - std::time::Duration::from_secs(2);
+        let after = boot() + std::time::Duration::from_secs(2);
+        let future = format!(r#"{{"vmi-uuid": "{c}", "contrail-k8s-cni-state": "9"}}"#);
+        let reserved = |v: &str| format!(".{v}.reserved");
+        // (name, content, last written): empty, torn (zeros, as XFS shows a lost write), half.
+        let files = [
+            (B.to_string(), String::new(), before),
+            (c.to_string(), future, before),
+            (d.to_string(), String::new(), after),
+            (reserved(d), "\0\0\0".to_string(), before),
+            (reserved(e), "{ half".to_string(), after),
+            (e.to_string(), "{ half".to_string(), before),
+        ];
+        for (name, content, when) in &files {
+            fs::write(dir.join(name), content).unwrap();
+            let f = fs::File::options()
+                .write(true)
+                .open(dir.join(name))
+                .unwrap();
+            f.set_modified(*when).unwrap();
+        }
+        let mut torn = vec![B.to_string(), e.to_string(), reserved(d)];
+        torn.sort();
+        let seen = state.read_pod(POD).unwrap();
+        assert_eq!(seen.torn, torn, "reported without the lock");
+        let unreadable: Vec<&str> = seen
+            .unreadable
+            .iter()
+            .map(|u| u.vmi_uuid.as_str())
+            .collect();
+        assert_eq!(
+            unreadable,
+            [c, d],
+            "a future version's file, a torn one of this boot"
+        );
+        let pod = state.lock_pod(POD).unwrap();
+        let files = pod.files().unwrap();
+        assert!(files.torn.is_empty());
+        let claimed: Vec<String> = files.claims().into_iter().map(|c| c.vmi).collect();
+        assert_eq!(claimed, [A, c, d], "what a power loss tore holds no VMI");
+        let mut left = vec![A.to_string(), c.to_string(), d.to_string(), reserved(e)];
+        left.sort();
+        assert_eq!(names(pod.path()), left);
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -22,27 +22,35 @@ use std::collections::BTreeSet;
 use crate::agent::Agent;
 use crate::error::{Error, Result};
 use crate::links::Links;
-use crate::state::{PodDir, Record, StateDir, Then};
+use crate::state::{PodDir, PodFiles, Record, StateDir, Then};
 
-/// Takes the pod's lock and finishes what an earlier call left pending (it was killed, or the
-/// agent did not answer it).
-pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<PodDir> {
+/// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
+/// agent did not answer it), and reads what the pod's directory then holds.
+pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<(PodDir, PodFiles)> {
     let pod = state.lock_pod(vm_name).map_err(Error::io(
         "locking pod state in",
         &state.path().join(vm_name),
     ))?;
-    settle(agent, &pod);
-    Ok(pod)
+    let files = settle(agent, &pod).map_err(Error::io("reading", pod.path()))?;
+    Ok((pod, files))
 }
 
 /// [`open`] unless a call holds the pod's lock now: GC and the sweep skip a pod a call is
 /// working on rather than wait for it.
-pub(crate) fn try_open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<Option<PodDir>> {
+pub(crate) fn try_open(
+    agent: &Agent,
+    state: &StateDir,
+    vm_name: &str,
+) -> Result<Option<(PodDir, PodFiles)>> {
     let pod = state.try_lock_pod(vm_name).map_err(Error::io(
         "locking pod state in",
         &state.path().join(vm_name),
     ))?;
-    Ok(pod.inspect(|pod| settle(agent, pod)))
+    let Some(pod) = pod else {
+        return Ok(None);
+    };
+    let files = settle(agent, &pod).map_err(Error::io("reading", pod.path()))?;
+    Ok(Some((pod, files)))
 }
 
 /// Ends a critical section on the pod: its directory goes when nothing is left in it.
@@ -85,7 +93,7 @@ pub(crate) fn remove(
     }
     if !reserved.is_empty() {
         // A reservation still pending became a pending release.
-        settle(agent, pod);
+        log_unsettled(pod, settle(agent, pod));
     }
     match failed.into_iter().next() {
         Some((_, e)) => Err(e),
@@ -147,24 +155,30 @@ fn release(
         pod.mark_released(&r.vmi_uuid, then).map_err(failed)?;
     }
     crate::crash::point("marked");
-    settle(agent, pod);
+    log_unsettled(pod, settle(agent, pod));
     Ok(())
+}
+
+/// For a [`settle`] whose files the caller does not need: the next call reads them again.
+fn log_unsettled(pod: &PodDir, settled: std::io::Result<PodFiles>) {
+    if let Err(e) = settled {
+        log::warn!("pod {}: reading its state: {e}", pod.name());
+    }
 }
 
 /// Steps 3 and 4 for whatever is pending in the pod: for each VM with a pending file, its ports
 /// are dropped and its attachments registered again, then its pending files settled. A failure
-/// is logged and leaves them pending.
-pub(crate) fn settle(agent: &Agent, pod: &PodDir) {
-    let files = match pod.files() {
-        Ok(files) => files,
-        Err(e) => {
-            log::warn!("pod {}: reading its state: {e}", pod.name());
-            return;
-        }
-    };
+/// is logged and leaves them pending. Returns what the pod's directory then holds.
+fn settle(agent: &Agent, pod: &PodDir) -> std::io::Result<PodFiles> {
+    let files = pod.files()?;
     if files.pending.is_empty() && files.legacy_resync.is_none() {
-        return;
+        return Ok(files);
     }
+    finish_pending(agent, pod, files);
+    pod.files()
+}
+
+fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     if !agent.registers() {
         // Nothing of this node's is registered: what is pending settles at once.
         for p in &files.pending {

@@ -326,6 +326,17 @@ fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
     });
     assert!(node.pod_dir_exists(&gone));
     watch.terminate();
+    // A power loss left a state file empty in a pod no call visits any more; an empty one
+    // written since the boot is not the plugin's doing, and stays.
+    let (torn, foreign) = (uuid(), uuid());
+    let pod_dir = |pod: &str| node.ports_dir().join(format!("k8s__default__{pod}"));
+    for (pod, file, when) in [
+        ("torn", &torn, boot_time() - Duration::from_secs(60)),
+        ("foreign", &foreign, std::time::SystemTime::now()),
+    ] {
+        std::fs::create_dir_all(pod_dir(pod)).unwrap();
+        write_dated(&pod_dir(pod).join(file), "", when);
+    }
     // Past it: the gone sandbox is released as GC releases it; the live one is untouched.
     let watch = Watch::start(
         &bin_dir,
@@ -334,9 +345,13 @@ fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
         &["--sweep-interval", "1", "--sweep-grace", "0"],
     );
     wait_for("the gone sandbox released", Duration::from_secs(5), || {
-        !node.pod_dir_exists(&gone)
+        !node.pod_dir_exists(&gone) && !pod_dir("torn").exists()
     });
     watch.terminate();
+    assert!(pod_dir("foreign").join(&foreign).exists());
+    // The operator removes it, and the lock the sweep left beside it.
+    std::fs::remove_dir_all(pod_dir("foreign")).unwrap();
+    std::fs::remove_file(node.ports_dir().join(".locks/k8s__default__foreign")).unwrap();
     assert!(!host_link_exists(&gone_tap));
     let ports: Vec<String> = sim.ports().into_iter().map(|p| p.0).collect();
     assert_eq!(ports, [live.vmis[0].uuid.clone()]);

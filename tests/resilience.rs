@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use contrail_testkit::*;
 use serde_json::{Value, json};
@@ -252,6 +253,83 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
         log.contains("unreadable state file") && log.contains(&vmis[1].uuid),
         "{log}"
     );
+}
+
+/// After a power loss: state files written before the boot that are empty or torn (the rename
+/// reached the disk, the content did not) are removed by the next call for the pod and by GC,
+/// and hold no VMI; the same files written since the boot are someone else's and stay.
+#[test]
+fn state_files_a_power_loss_tore_go_with_the_next_call_and_gc_and_no_others() {
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+    ];
+    let fx = Fixture::new(vmis.clone());
+    let (pod, node) = (&fx.pod, &fx.node);
+    let dir = node.ports_dir().join(pod.vm_name());
+    std::fs::create_dir_all(&dir).unwrap();
+    let before_boot = boot_time() - Duration::from_secs(60);
+    let since_boot = std::time::SystemTime::now();
+    write_dated(&dir.join(&vmis[1].uuid), "", since_boot);
+    write_dated(&dir.join(&vmis[2].uuid), "", before_boot);
+    let torn_row = |rows: &[Value]| {
+        rows.iter()
+            .filter(|r| r["health"].as_str().unwrap().contains("by a power loss"))
+            .map(|r| r["health"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let rows = inspect(node);
+    assert_eq!(
+        torn_row(&rows),
+        [format!(
+            "state file left empty or torn by a power loss: {}",
+            vmis[2].uuid
+        )]
+    );
+    // net-a's first VMI is held by the file of this boot; its second is free again.
+    fx.add("net1", "net-a");
+    assert_eq!(fx.ns.mac("net1"), vmis[2].mac);
+    assert!(dir.join(&vmis[1].uuid).exists(), "not ours to delete");
+    assert!(
+        node.log().contains("left by a power loss"),
+        "{}",
+        node.log()
+    );
+    assert_eq!(torn_row(&inspect(node)), [] as [String; 0]);
+    fx.del("net1", "net-a").assert_ok();
+    // GC, in a pod that no call visits any more.
+    let other = node
+        .ports_dir()
+        .join("k8s__default__gone-before-the-power-cut");
+    std::fs::create_dir_all(&other).unwrap();
+    write_dated(&other.join(uuid()), "{\"vm-id\": \"", before_boot);
+    write_dated(&dir.join(&vmis[2].uuid), "\0\0\0\0", before_boot);
+    node.gc(json!([])).assert_ok();
+    assert!(
+        !other.exists(),
+        "GC removed the torn file and its directory"
+    );
+    assert_eq!(node.state_files(pod), [vmis[1].uuid.clone()]);
+}
+
+/// `inspect --json` of the node.
+fn inspect(node: &Node) -> Vec<Value> {
+    let out = Command::new(plugin_bin())
+        .args([
+            "inspect",
+            "--json",
+            "--config",
+            node.node_file().to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -243,6 +243,24 @@ impl Drop for Netns {
     }
 }
 
+/// When this machine booted, as the kernel reports it (`btime` in /proc/stat, whole seconds).
+pub fn boot_time() -> std::time::SystemTime {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let secs: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|s| s.trim().parse().ok())
+        .expect("btime in /proc/stat");
+    std::time::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Writes `content` to `path`, last modified at `when`: a file as an earlier boot left it.
+pub fn write_dated(path: &Path, content: &str, when: std::time::SystemTime) {
+    std::fs::write(path, content).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(when).unwrap();
+}
+
 pub fn host_link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
