@@ -6,10 +6,12 @@
 //! kept-alive connections, and an IP configuration that exists only once the port was
 //! registered with `POST /vm`. The only additions are under `/sim/`, which the plugin never
 //! calls: `GET /sim/ports`, the registered ports, each with `sim-registered-ns`, when it was
-//! registered on the node's CLOCK_MONOTONIC (for the benchmark's readiness lag), `GET
-//! /sim/stats`, `{"requests": N}`, every request served so far but the `/sim/` ones (for the
-//! benchmark's request counts), and `GET /sim/violations`, the requests a nested node must
-//! never send that it received.
+//! registered on the node's CLOCK_MONOTONIC, and `sim-ip-answered-ns`, when a `GET
+//! /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for that registration (for the benchmark's
+//! readiness lag), `GET /sim/stats`, `{"requests": N}`, every request served so far but the
+//! `/sim/` ones, `GET /sim/requests`, the same by method, route and status
+//! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts), and
+//! `GET /sim/violations`, the requests a nested node must never send that it received.
 //!
 //! A VMI with a `vlan-id` is a nested pod's (its node is a VM of this hypervisor's vRouter):
 //! `/vm-cfg` carries the tag (and `sub-interface: false`, as the agent's first answers say),
@@ -466,6 +468,20 @@ enum Fault {
     Respond(u16, Vec<u8>),
 }
 
+impl Fault {
+    /// The switch that made it, for `GET /sim/requests`.
+    fn flag(&self) -> &'static str {
+        match self {
+            Fault::Fail(_) => "--fail",
+            Fault::Flaky(_) => "--flaky",
+            Fault::Hang => "--hang",
+            Fault::Garbage => "--garbage",
+            Fault::Truncate => "--truncate",
+            Fault::Respond(..) => "--respond",
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Rule {
     method: String,
@@ -480,21 +496,29 @@ struct Port {
     since: Instant,
     /// `since` on CLOCK_MONOTONIC, which other processes can read too.
     since_ns: u64,
+    /// When a `GET /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for this registration, on
+    /// CLOCK_MONOTONIC: the benchmark splits an ADD's readiness lag there.
+    answered_ns: Option<u64>,
+}
+
+/// Now on CLOCK_MONOTONIC, the clock of `Instant`, which other processes can read too.
+fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 impl Port {
     fn new(body: Value) -> Port {
-        let mut t = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime only writes the timespec it is given.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-        let since_ns = t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64;
         Port {
             body,
             since: Instant::now(),
-            since_ns,
+            since_ns: monotonic_ns(),
+            answered_ns: None,
         }
     }
 
@@ -502,7 +526,21 @@ impl Port {
     fn listed(&self) -> Value {
         let mut v = self.body.clone();
         v["sim-registered-ns"] = self.since_ns.into();
+        if let Some(ns) = self.answered_ns {
+            v["sim-ip-answered-ns"] = ns.into();
+        }
         v
+    }
+}
+
+/// The route of a path, its variable segments named: what `GET /sim/requests` counts by.
+fn route_of(path: &str) -> &'static str {
+    match path.split('/').collect::<Vec<_>>().as_slice() {
+        ["", "vm-cfg", _] => "/vm-cfg/<vm-name>",
+        ["", "vm"] => "/vm",
+        ["", "vm", _] => "/vm/<vm-uuid>",
+        ["", "vm", _, _] => "/vm/<vm-uuid>/<vmi-uuid>",
+        _ => "<other>",
     }
 }
 
@@ -524,6 +562,8 @@ struct Sim {
     state: Mutex<State>,
     /// Requests read so far, malformed ones included, the simulator's own (`/sim/`) excluded.
     served: AtomicUsize,
+    /// The same by "METHOD route outcome" (a status, or the fault switch that answered).
+    served_by: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Sim {
@@ -532,6 +572,21 @@ impl Sim {
         if !request.as_ref().is_ok_and(|r| r.path.starts_with("/sim/")) {
             self.served.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// Counts a request by kind for `GET /sim/requests`, unless it is one of the simulator's
+    /// own; a malformed one has no route.
+    fn tally(&self, request: Option<&Request>, outcome: &str) {
+        let key = match request {
+            Some(r) if r.path.starts_with("/sim/") => return,
+            Some(r) => format!("{} {} {outcome}", r.method, route_of(&r.path)),
+            None => format!("malformed {outcome}"),
+        };
+        let mut by = self
+            .served_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *by.entry(key).or_default() += 1;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -584,6 +639,13 @@ impl Sim {
             ("GET", ["", "sim", "stats"]) => {
                 Ok(json!({"requests": self.served.load(Ordering::SeqCst)}))
             }
+            ("GET", ["", "sim", "requests"]) => {
+                let by = self
+                    .served_by
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                Ok(json!(*by))
+            }
             ("GET", ["", "sim", "violations"]) => Ok(self.lock().violations.clone().into()),
             // The agent's router answers this for every path no handler matches.
             _ => Err((404, "Unknown Request".into())),
@@ -635,7 +697,11 @@ impl Sim {
         if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(since(v))) {
             return Err(not_found());
         }
-        Ok(wanted.iter().map(|v| v.oper_json(pod, port(v))).collect())
+        let answer = wanted.iter().map(|v| v.oper_json(pod, port(v))).collect();
+        if let Some(p) = vmi.and_then(|u| st.ports.get_mut(u)) {
+            p.answered_ns.get_or_insert_with(monotonic_ns);
+        }
+        Ok(answer)
     }
 
     /// POST /vm, as the agent's REST handler takes it: `AddVmVnPort(body, check_port=false)`
@@ -831,6 +897,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
         let req = match request {
             Ok(req) => req,
             Err(status) => {
+                sim.tally(None, &status.to_string());
                 eprintln!("- - {status} (malformed request)");
                 respond(&stream, status, &error_body(status_message(status)));
                 // Unread input would make close() send a reset that can destroy the answer
@@ -844,6 +911,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
         match sim.fault(method, path) {
             None => {
                 let (status, body, msg) = sim.answer(method, path, &req.body);
+                sim.tally(Some(&req), &status.to_string());
                 let msg = if msg.is_empty() {
                     msg
                 } else {
@@ -853,6 +921,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
                 respond(&stream, status, &body);
             }
             Some(fault) => {
+                sim.tally(Some(&req), fault.flag());
                 if !misbehave(sim, &stream, &req, fault) {
                     return;
                 }
@@ -1059,6 +1128,7 @@ fn main() {
             violations: Vec::new(),
         }),
         served: AtomicUsize::new(0),
+        served_by: Mutex::new(BTreeMap::new()),
     });
     for conn in listener.incoming() {
         match conn {

@@ -3,7 +3,8 @@
 //!
 //! [`run`] is one CNI call: the config, the command, the result. The modules are named after
 //! their domain; the decisions in `cni`, `config`, `pod` and `vmi` are pure, the effects live
-//! in `agent` (HTTP), `state` (files) and `netlink`, and `attach` runs the steps.
+//! in `agent` (HTTP), `state` (files) and `netlink`, and `add`, `del` and `check` run the
+//! steps.
 
 mod add;
 mod agent;
@@ -35,6 +36,9 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+/// How often a waiting call polls the agent (the benchmark states the readiness lag's floor
+/// from it).
+pub use crate::agent::POLL_PERIOD;
 use crate::call::Call;
 use crate::cni::{Command, Env};
 pub use crate::error::{Error, Result};

@@ -35,9 +35,10 @@ use nix::sched::{CloneFlags, setns};
 /// buffer that large. Allocated, not zeroed: only what the kernel writes is touched.
 const RECV_BUF: usize = 32 * 1024;
 
-/// The rtnetlink messages this module sends and reads, with their message type (`RTM_*`). Only
-/// these are encoded and decoded: the crate's codecs of every other rtnetlink family (traffic
-/// control, neighbours, rules, ...) stay out of the binary, whose pages every call touches.
+/// The rtnetlink requests this module sends, with their message type (`RTM_*`). Only these are
+/// encoded, and only [`Reply`] is decoded: the crate's codecs of every other rtnetlink family
+/// (traffic control, neighbours, rules, ...) stay out of the binary, whose pages every call
+/// touches.
 #[derive(Debug)]
 enum Message {
     Link(u16, LinkMessage),
@@ -69,20 +70,113 @@ impl NetlinkSerializable for Message {
     }
 }
 
-impl NetlinkDeserializable for Message {
+/// The replies to this module's requests: links, addresses and routes (a dump's).
+#[derive(Debug)]
+enum Reply {
+    Link(Link),
+    Address(AddressMessage),
+    Route(RouteMessage),
+}
+
+impl NetlinkDeserializable for Reply {
     type Error = DecodeError;
 
-    /// The replies to this module's requests: new links, addresses and routes (a dump's).
-    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Message, DecodeError> {
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Reply, DecodeError> {
         Ok(match header.message_type {
-            libc::RTM_NEWLINK => Message::Link(libc::RTM_NEWLINK, LinkMessage::parse(payload)?),
-            libc::RTM_NEWADDR => {
-                Message::Address(libc::RTM_NEWADDR, AddressMessage::parse(payload)?)
-            }
-            libc::RTM_NEWROUTE => Message::Route(libc::RTM_NEWROUTE, RouteMessage::parse(payload)?),
+            libc::RTM_NEWLINK => Reply::Link(parse_link(payload)?),
+            libc::RTM_NEWADDR => Reply::Address(AddressMessage::parse(payload)?),
+            libc::RTM_NEWROUTE => Reply::Route(RouteMessage::parse(payload)?),
             t => return Err(format!("unexpected rtnetlink message type {t}").into()),
         })
     }
+}
+
+/// A link message as [`Link`], reading only the attributes it keeps. The crate's parser decodes
+/// every one of a link's ~50 attributes (statistics, per-family settings, ...), building an
+/// error context string for each: most of the user-space time of a call that reads a link.
+fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
+    // struct ifinfomsg: family u8, pad u8, type u16, index i32, flags u32, change u32.
+    let header = payload
+        .get(..16)
+        .ok_or_else(|| DecodeError::from("link message shorter than its header"))?;
+    let word = |at: usize| u32_of(&header[at..at + 4]);
+    let mut link = Link {
+        index: word(4)?,
+        mac: None,
+        mtu: 0,
+        name: String::new(),
+        up: word(8)? & libc::IFF_UP as u32 != 0,
+        kind: None,
+        lower: None,
+        vlan: None,
+    };
+    for (kind, value) in attributes(&payload[16..])? {
+        match kind {
+            libc::IFLA_IFNAME => link.name = c_string(value)?,
+            libc::IFLA_LINK => link.lower = Some(u32_of(value)?),
+            libc::IFLA_MTU => link.mtu = u32_of(value)?,
+            // Non-Ethernet links (lo, tunnels) have other address lengths.
+            libc::IFLA_ADDRESS => link.mac = value.try_into().ok(),
+            libc::IFLA_LINKINFO => {
+                // The kernel puts the kind before its kind-specific data.
+                for (info, value) in attributes(value)? {
+                    match info {
+                        libc::IFLA_INFO_KIND => link.kind = Some(c_string(value)?),
+                        libc::IFLA_INFO_DATA if link.kind.as_deref() == Some("vlan") => {
+                            for (data, value) in attributes(value)? {
+                                if data == IFLA_VLAN_ID {
+                                    link.vlan = Some(u16_of(value)?);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(link)
+}
+
+/// `IFLA_VLAN_ID` in a VLAN's `IFLA_INFO_DATA` (linux/if_link.h).
+const IFLA_VLAN_ID: u16 = 1;
+
+/// The attributes (type, value) of a netlink attribute stream, flag bits cleared from the type.
+fn attributes(mut bytes: &[u8]) -> Result<Vec<(u16, &[u8])>, DecodeError> {
+    let mut out = Vec::new();
+    while bytes.len() >= 4 {
+        let len = usize::from(u16::from_ne_bytes([bytes[0], bytes[1]]));
+        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & libc::NLA_TYPE_MASK as u16;
+        let value = bytes
+            .get(4..len.max(4))
+            .ok_or_else(|| DecodeError::from(format!("attribute {kind} overruns its message")))?;
+        out.push((kind, value));
+        bytes = bytes
+            .get(len.next_multiple_of(4).max(4)..)
+            .unwrap_or_default();
+    }
+    Ok(out)
+}
+
+fn u32_of(value: &[u8]) -> Result<u32, DecodeError> {
+    value
+        .try_into()
+        .map(u32::from_ne_bytes)
+        .map_err(|_| DecodeError::from("a 32-bit attribute of another size"))
+}
+
+fn u16_of(value: &[u8]) -> Result<u16, DecodeError> {
+    value
+        .try_into()
+        .map(u16::from_ne_bytes)
+        .map_err(|_| DecodeError::from("a 16-bit attribute of another size"))
+}
+
+/// A NUL-terminated string attribute.
+fn c_string(value: &[u8]) -> Result<String, DecodeError> {
+    let bytes = value.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::from("a name that is not UTF-8"))
 }
 
 impl From<Message> for NetlinkPayload<Message> {
@@ -288,7 +382,7 @@ impl Socket {
         op: &dyn Fn() -> String,
         message: Message,
         flags: u16,
-    ) -> Result<Vec<Message>, Error> {
+    ) -> Result<Vec<Reply>, Error> {
         self.seq = self.seq.wrapping_add(1);
         let mut packet = NetlinkMessage::new(NetlinkHeader::default(), message.into());
         packet.header.flags = NLM_F_REQUEST | flags;
@@ -308,7 +402,7 @@ impl Socket {
                 .map_err(|e| Error::new(op(), e))?;
             let mut rest = &self.buf[..n];
             while !rest.is_empty() {
-                let reply = NetlinkMessage::<Message>::deserialize(rest)
+                let reply = NetlinkMessage::<Reply>::deserialize(rest)
                     .map_err(|e| Error::invalid(op(), e.to_string()))?;
                 let len = (reply.header.length as usize).next_multiple_of(4);
                 rest = rest.get(len..).unwrap_or_default();
@@ -354,7 +448,7 @@ impl Socket {
         Ok(replies
             .into_iter()
             .filter_map(|r| match r {
-                Message::Link(libc::RTM_NEWLINK, l) => Some(link_from(l)),
+                Reply::Link(l) => Some(l),
                 _ => None,
             })
             .collect())
@@ -367,7 +461,7 @@ impl Socket {
         let op = || format!("get link {name}");
         match self.request(&op, Message::Link(libc::RTM_GETLINK, m), NLM_F_ACK) {
             Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
-                Message::Link(libc::RTM_NEWLINK, l) => Some(link_from(l)),
+                Reply::Link(l) => Some(l),
                 _ => None,
             })),
             Err(e) if e.is_not_found() => Ok(None),
@@ -588,7 +682,7 @@ impl Socket {
             .iter()
             .filter_map(|r| match r {
                 // Without strict checking the kernel sends every link's addresses.
-                Message::Address(libc::RTM_NEWADDR, a) if a.header.index == index => addr_from(a),
+                Reply::Address(a) if a.header.index == index => addr_from(a),
                 _ => None,
             })
             .collect::<Result<_, _>>()
@@ -632,7 +726,7 @@ impl Socket {
             .iter()
             .filter_map(|r| match r {
                 // A dump without strict checking returns every table.
-                Message::Route(libc::RTM_NEWROUTE, m)
+                Reply::Route(m)
                     if m.header.table == RouteHeader::RT_TABLE_MAIN
                         && m.header.kind == RouteType::Unicast =>
                 {
@@ -740,44 +834,6 @@ fn valid_ifname(name: &str) -> bool {
         && name != ".."
         // '/' and ':' (sysfs paths, aliases) and the kernel's isspace().
         && !name.bytes().any(|b| matches!(b, b'/' | b':' | b' ' | b'\t'..=b'\r' | 0xa0))
-}
-
-fn link_from(message: LinkMessage) -> Link {
-    let mut link = Link {
-        index: message.header.index,
-        mac: None,
-        mtu: 0,
-        name: String::new(),
-        up: message.header.flags.contains(LinkFlags::Up),
-        kind: None,
-        lower: None,
-        vlan: None,
-    };
-    for attribute in message.attributes {
-        match attribute {
-            LinkAttribute::IfName(name) => link.name = name,
-            LinkAttribute::Link(lower) => link.lower = Some(lower),
-            LinkAttribute::LinkInfo(info) => {
-                for i in info {
-                    match i {
-                        LinkInfo::Kind(kind) => link.kind = Some(kind.to_string()),
-                        LinkInfo::Data(InfoData::Vlan(v)) => {
-                            link.vlan = v.into_iter().find_map(|v| match v {
-                                InfoVlan::Id(tag) => Some(tag),
-                                _ => None,
-                            });
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            // Non-Ethernet links (lo, tunnels) have other address lengths.
-            LinkAttribute::Address(mac) => link.mac = mac.try_into().ok(),
-            LinkAttribute::Mtu(mtu) => link.mtu = mtu,
-            _ => {}
-        }
-    }
-    link
 }
 
 fn addr_from(message: &AddressMessage) -> Option<Result<IpNetwork, ipnetwork::IpNetworkError>> {
@@ -930,6 +986,81 @@ fn ext_ack_message(error: &ErrorMessage) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link message as the kernel would send it, encoded by the crate's own emitter.
+    fn encoded(attributes: Vec<LinkAttribute>, up: bool) -> Vec<u8> {
+        let mut m = LinkMessage::default();
+        m.header.index = 7;
+        if up {
+            m.header.flags = LinkFlags::Up | LinkFlags::Broadcast;
+        }
+        m.attributes = attributes;
+        let mut bytes = vec![0; m.buffer_len()];
+        m.emit(&mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn the_lean_link_parser_reads_what_the_crate_encodes() {
+        let vlan = encoded(
+            vec![
+                LinkAttribute::Mtu(1450),
+                LinkAttribute::IfName("vlan100".into()),
+                LinkAttribute::Address(vec![2, 0, 0, 0, 0, 9]),
+                LinkAttribute::Link(3),
+                LinkAttribute::TxQueueLen(1000),
+                LinkAttribute::LinkInfo(vec![
+                    LinkInfo::Kind(InfoKind::Vlan),
+                    LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(100)])),
+                ]),
+            ],
+            true,
+        );
+        let want = Link {
+            index: 7,
+            mac: Some([2, 0, 0, 0, 0, 9]),
+            mtu: 1450,
+            name: "vlan100".into(),
+            up: true,
+            kind: Some("vlan".into()),
+            lower: Some(3),
+            vlan: Some(100),
+        };
+        assert_eq!(parse_link(&vlan).unwrap(), want);
+        // lo: no kind, a 6-byte all-zero address, down; a macvlan's data is not a VLAN tag.
+        let lo = encoded(vec![LinkAttribute::IfName("lo".into())], false);
+        let lo = parse_link(&lo).unwrap();
+        assert_eq!(
+            (lo.name.as_str(), lo.up, lo.kind, lo.vlan),
+            ("lo", false, None, None)
+        );
+        let macvlan = encoded(
+            vec![LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::MacVlan),
+                LinkInfo::Data(InfoData::MacVlan(vec![InfoMacVlan::Mode(
+                    MacVlanMode::Vepa,
+                )])),
+            ])],
+            true,
+        );
+        let macvlan = parse_link(&macvlan).unwrap();
+        assert_eq!(
+            (macvlan.kind.as_deref(), macvlan.vlan),
+            (Some("macvlan"), None)
+        );
+    }
+
+    #[test]
+    fn the_lean_link_parser_refuses_what_overruns_its_message() {
+        let mut bytes = encoded(vec![LinkAttribute::IfName("eth0".into())], true);
+        assert!(parse_link(&bytes[..10]).is_err(), "a cut header");
+        let last = bytes.len();
+        bytes[16] = 200; // the name attribute's length, past the end
+        assert!(
+            parse_link(&bytes[..last]).is_err(),
+            "an attribute past the end"
+        );
+    }
 
     #[test]
     fn private_groups_are_high_and_within_what_ip_shows() {

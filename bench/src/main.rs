@@ -4,32 +4,39 @@
 //! and peak RSS of `--plugin` against another build of it, interleaved, and prints the result
 //! without writing anything: for trying a change.
 //!
-//! Everything runs inside a private "node": a network namespace and a mount namespace (with
-//! its own sysfs) that this program enters at start, so host-side veths, ptp's `ip_forward`,
-//! the simulator's loopback, the pods' /run/netns mounts and the filesystems it mounts never
-//! touch the machine's own, and all of it vanishes with the process. One agent simulator
-//! answers at once (or after the delays a phase gives its pods) and counts the requests it
-//! serves (`GET /sim/stats`). Pod namespaces (`ip netns add`), mounts, the temporary directory
-//! and the simulator are removed by guards, also on SIGINT/SIGTERM. Plugins are executed the
-//! way runtimes do (environment + config on stdin), timed from spawn to the reaping `wait4`.
-//! Peak RSS is read under ptrace from each process's `/proc/<pid>/status` as it exits (see
-//! `traced_rss` for why not `ru_maxrss`).
+//! Everything runs inside a private "node" (`contrail_testkit::enter_node`: a network namespace
+//! and a mount namespace with its own sysfs and /run/netns) that this program enters at start,
+//! so host-side veths, ptp's `ip_forward`, the simulator's loopback, the pods' netns mounts and
+//! the filesystems it mounts never touch the machine's own, and all of it vanishes with the
+//! process. The node's settings are in node-wide files (`CONTRAIL_CNI_CONF_DIR`, one per
+//! setup: `contrail_testkit::Node`); stdin carries only what a NetworkAttachmentDefinition
+//! would. The state directory is on ext4 on a loop device, as on a node, except in section 4's
+//! comparison rows. One agent simulator answers at once (or after the delays a phase gives its
+//! pods) and counts the requests it serves, by kind (`GET /sim/requests`). Pod namespaces,
+//! mounts, the temporary directories and the simulator are removed by guards, also on
+//! SIGINT/SIGTERM. Plugins are executed the way runtimes do (environment + config on stdin),
+//! timed from spawn to the reaping `wait4`. Peak RSS is read under ptrace from each process's
+//! `/proc/<pid>/status` as it exits (see `traced_rss` for why not `ru_maxrss`).
 //!
 //! Measured:
 //! 1. ADD and DEL of one attachment: contrail-k8s-cni against Debian's ptp + static IPAM doing
-//!    the equivalent kernel work, interleaved in one loop, with the agent requests of each;
-//! 2. the same work as bare in-process netlink calls (the floor), with the plugin's own
-//!    netlink module;
+//!    the equivalent kernel work, interleaved in one loop with the floor's parts, with the agent
+//!    requests of each;
+//! 2. the floor of an ADD: an empty static program's start-up, the attachment's netlink
+//!    operations in-process (the plugin's own netlink module), and the agent's requests of one
+//!    ADD in-process on one kept-alive connection; the DEL's floor is its netlink operations;
 //! 3. peak RSS and binary size;
-//! 4. the state directory on tmpfs, on ext4 on a loop device, and where the other phases keep
-//!    it: ADD and DEL, and their fsyncs;
+//! 4. the state directory on tmpfs, on the ext4 of the other phases, and in the temporary
+//!    directory: ADD and DEL, and their fsyncs;
 //! 5. thick mode with 1, 4, 16 and 64 interfaces: time per interface;
 //! 6. 64 pods ADDed (then DELed) in parallel, each in its own netns;
 //! 7. a full node: 1 to 110 pods with 4 attachments each (a repeated network among them),
 //!    each pod's attachments in Multus's order, the pods in parallel, IP configurations at
-//!    random moments; every interface checked, nothing left;
+//!    random moments; every interface checked, nothing left; the agent requests per
+//!    attachment, polls apart;
 //! 8. readiness lag: the VMI's IP config appears at a random moment, how long after it
-//!    does ADD return, and how many requests the waiting calls make.
+//!    does ADD return (the wait for the poll that sees it, and the rest of the ADD), and how
+//!    many polls the waiting calls make.
 //!
 //! Results go to the generated section of BENCHMARKS.md (the text around it is kept) and to
 //! an SVG plot. Progress goes to stderr.
@@ -40,18 +47,18 @@ mod plot;
 mod report;
 mod stats;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use contrail_testkit::{Netns, PodSpec, Sim, TempDir, VmiSpec, uuid};
-use nix::sched::{CloneFlags, unshare};
+use contrail_testkit::{Netns, Node, PodSpec, Sim, TempDir, VmiSpec, uuid};
 use serde_json::{Value, json};
 
 use measure::CniEnv;
-use phases::{compare, disk, full_node, one_attachment, parallel, readiness, thick};
+use phases::{Mount, compare, disk, full_node, one_attachment, parallel, readiness, thick};
 use report::{Report, kb, loadavg, markdown, write_markdown};
 use stats::Rng;
 
@@ -165,7 +172,7 @@ impl Sizes {
                 version_runs: 200,
                 thick_reps: [30, 20, 12, 8],
                 parallel: 64,
-                ready: 80,
+                ready: 160,
                 ready_workers: 4,
                 rss_runs: 20,
                 disk_runs: 100,
@@ -246,14 +253,21 @@ fn node_pod(i: usize, rng: &mut Rng) -> PodSpec {
     }
 }
 
-/// A network config of the plugin for network `name` with the `contrail` section given.
-fn netconf(name: &str, contrail: &Value) -> Value {
-    json!({"cniVersion": "1.0.0", "name": name, "type": "contrail-k8s-cni", "contrail": contrail})
-}
-
 fn write_json(path: PathBuf, v: &Value) -> R<PathBuf> {
     fs::write(&path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
+}
+
+/// A node setup: its node-wide file names the simulator, keeps the state in `state` and the
+/// log in its own temporary directory, and leaves everything else at the plugin's defaults
+/// (testkit's `Node` sets short waits and debug logging for the tests: not what a node runs).
+pub(crate) fn node_in(sim: &Sim, state: &Path) -> Node {
+    let mut node = Node::new(sim);
+    for key in ["poll-timeout", "poll-retries", "log-level"] {
+        node.set(key, Value::Null);
+    }
+    node.set("config-dir", json!(state));
+    node
 }
 
 // ------------------------------------------------------------------------------ the bench
@@ -262,11 +276,20 @@ fn write_json(path: PathBuf, v: &Value) -> R<PathBuf> {
 struct Ctx {
     opts: Opts,
     sizes: Sizes,
+    /// The node's disk: ext4 on a loop device. Declared before `dir`, which holds its image, so
+    /// that it is unmounted first.
+    ext4: Mount,
     dir: TempDir,
     sim: Sim,
+    /// The node of every phase but thick mode (and section 4's other filesystems): the state
+    /// directory on `ext4`.
+    node: Node,
+    /// The same in thick mode, with a state directory of its own on `ext4`.
+    thick_node: Node,
+    /// An empty static program: the floor of a process's start-up.
+    empty: PathBuf,
     /// Config files on stdin, by purpose.
     ours_conf: PathBuf,
-    thick_conf: PathBuf,
     ptp_conf: PathBuf,
     version_conf: PathBuf,
     bench_pod: PodSpec,
@@ -274,13 +297,12 @@ struct Ctx {
     parallel_pods: Vec<PodSpec>,
     ready_pods: Vec<PodSpec>,
     node_pods: Vec<PodSpec>,
-    /// The `contrail` section of every config (the simulator, the state directory, the log).
-    contrail: Value,
     load_start: String,
 }
 
 impl Ctx {
-    fn env(&self, command: &'static str, netns: &Netns, pod: &str) -> CniEnv {
+    /// A call on `node`: its node-wide file is the plugin's `CONTRAIL_CNI_CONF_DIR`.
+    fn env(&self, node: &Node, command: &'static str, netns: &Netns, pod: &str) -> CniEnv {
         CniEnv {
             command,
             container_id: uuid().replace('-', ""),
@@ -288,7 +310,7 @@ impl Ctx {
             ifname: "eth0".into(),
             pod: pod.to_string(),
             cni_path: self.opts.cni_dir.to_string_lossy().into_owned(),
-            conf_dir: self.dir.0.join("node-conf").to_string_lossy().into_owned(),
+            conf_dir: node.conf_dir.0.to_string_lossy().into_owned(),
         }
     }
 
@@ -296,11 +318,13 @@ impl Ctx {
         self.dir.0.join("io").join(tag)
     }
 
-    /// A config file `file` for network `name`, with the state directory in `config_dir`.
-    fn conf_in(&self, file: &str, name: &str, config_dir: &Path) -> R<PathBuf> {
-        let mut contrail = self.contrail.clone();
-        contrail["config-dir"] = json!(config_dir);
-        write_json(self.dir.0.join(file), &netconf(name, &contrail))
+    /// The config Multus hands the plugin for `network`: only what a NetworkAttachmentDefinition
+    /// says (the node's settings are in the node-wide file).
+    fn stdin(&self, network: &str) -> R<PathBuf> {
+        write_json(
+            self.dir.0.join(format!("net-{network}.json")),
+            &self.node.netconf("1.0.0", network),
+        )
     }
 
     /// Every request the simulator served so far, its own (`/sim/`) excepted.
@@ -309,15 +333,39 @@ impl Ctx {
             .as_u64()
             .ok_or_else(|| "the simulator has no GET /sim/stats (rebuild it)".to_string())
     }
+
+    /// The same by "METHOD route status" (`GET /sim/requests`).
+    fn requests_by_kind(&self) -> R<BTreeMap<String, u64>> {
+        serde_json::from_value(self.sim.get("/sim/requests"))
+            .map_err(|e| format!("the simulator's GET /sim/requests (rebuild it): {e}"))
+    }
+}
+
+/// Builds an empty static program (`cc -static`, glibc's libc.a): what starting any process
+/// costs at least, with no dynamic loader, as the plugin (a static PIE) has none.
+fn build_empty(dir: &Path) -> R<PathBuf> {
+    let (src, bin) = (dir.join("empty.c"), dir.join("empty"));
+    fs::write(&src, "int main(void) { return 0; }\n").map_err(|e| e.to_string())?;
+    contrail_testkit::try_sh(
+        "cc",
+        &[
+            "-static",
+            "-O2",
+            "-o",
+            &bin.to_string_lossy(),
+            &src.to_string_lossy(),
+        ],
+    )?;
+    Ok(bin)
 }
 
 fn setup(opts: Opts) -> R<Ctx> {
     let load_start = loadavg();
     let sizes = Sizes::new(opts.quick);
     let dir = TempDir::new();
-    for sub in ["io", "node-conf", "ports"] {
-        fs::create_dir_all(dir.0.join(sub)).map_err(|e| e.to_string())?;
-    }
+    fs::create_dir_all(dir.0.join("io")).map_err(|e| e.to_string())?;
+    let ext4 = Mount::ext4(dir.0.join("ext4.img"), dir.0.join("ext4"))?;
+    let empty = build_empty(&dir.0)?;
     let bench_pod = pod("bench".into(), 1, 0);
     let thick_pods: Vec<PodSpec> = THICK_SIZES
         .iter()
@@ -340,22 +388,9 @@ fn setup(opts: Opts) -> R<Ctx> {
         .chain(&node_pods)
         .collect();
     let sim = Sim::start_with(&opts.sim, &all, &[]);
-
-    let contrail = json!({
-        "vrouter-port": sim.port,
-        "config-dir": dir.0.join("ports"),
-        "log-file": dir.0.join("cni.log"),
-    });
-    let ours_conf = write_json(
-        dir.0.join("ours.json"),
-        &netconf("contrail-k8s-cni", &contrail),
-    )?;
-    let mut thick_contrail = contrail.clone();
-    thick_contrail["mode"] = json!("thick");
-    let thick_conf = write_json(
-        dir.0.join("thick.json"),
-        &netconf("contrail-k8s-cni", &thick_contrail),
-    )?;
+    let node = node_in(&sim, &ext4.dir.join("ports"));
+    let mut thick_node = node_in(&sim, &ext4.dir.join("thick-ports"));
+    thick_node.set("mode", json!("thick"));
     // ptp + static doing what contrail-k8s-cni does for one attachment: a veth pair with the
     // container end in the pod, its address, the default route.
     let ptp_conf = write_json(
@@ -366,13 +401,16 @@ fn setup(opts: Opts) -> R<Ctx> {
                         "routes": [{"dst": "0.0.0.0/0", "gw": POD_GW}]}}),
     )?;
     let version_conf = write_json(dir.0.join("version.json"), &json!({"cniVersion": "1.0.0"}))?;
-    Ok(Ctx {
+    let mut cx = Ctx {
         opts,
         sizes,
+        ext4,
         dir,
         sim,
-        ours_conf,
-        thick_conf,
+        node,
+        thick_node,
+        empty,
+        ours_conf: PathBuf::new(),
         ptp_conf,
         version_conf,
         bench_pod,
@@ -380,9 +418,10 @@ fn setup(opts: Opts) -> R<Ctx> {
         parallel_pods,
         ready_pods,
         node_pods,
-        contrail,
         load_start,
-    })
+    };
+    cx.ours_conf = cx.stdin("contrail-k8s-cni")?;
+    Ok(cx)
 }
 
 // ------------------------------------------------------------------------------ main
@@ -447,46 +486,14 @@ fn run(opts: Opts) -> R<()> {
     Ok(())
 }
 
-/// Moves this process into a fresh "node": its own network namespace, and its own mount
-/// namespace (receiving from the machine's, never sending back) with a sysfs of that network
-/// namespace, so that /sys/class/net lists the node's links and the pods' /run/netns mounts
-/// stay private. Must run before any
-/// thread exists, so that every thread and child lives there; all of it ends with the process.
-fn enter_node() -> R<()> {
-    use nix::mount::{MntFlags, MsFlags, mount, umount2};
-    unshare(CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
-        .map_err(|e| format!("unshare: {e}"))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_SLAVE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("making / a slave mount: {e}"))?;
-    umount2("/sys", MntFlags::MNT_DETACH).map_err(|e| format!("umount /sys: {e}"))?;
-    mount(
-        Some("sysfs"),
-        "/sys",
-        Some("sysfs"),
-        MsFlags::empty(),
-        None::<&str>,
-    )
-    .map_err(|e| format!("mount sysfs: {e}"))?;
-    contrail_testkit::sh("ip", &["link", "set", "lo", "up"]);
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let opts = Opts::parse();
     if let Err(e) = opts.check() {
         eprintln!("bench: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = enter_node() {
-        eprintln!("bench: cannot set up the node namespaces (run as root): {e}");
-        return ExitCode::FAILURE;
-    }
+    // Before any thread exists, so that every thread and child lives in the node.
+    contrail_testkit::enter_node();
     catch_signals();
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,

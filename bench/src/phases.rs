@@ -1,7 +1,9 @@
-//! The measurements: one attachment against ptp + static and the raw netlink floor, the
-//! state directory on a disk, thick mode, parallel pods, a full node, the readiness lag.
+//! The measurements: one attachment against ptp + static and the floor, the state directory on
+//! other filesystems, thick mode, parallel pods, a full node, the readiness lag.
 
-use crate::{Ctx, NODE_ATTACHMENTS, POD_ADDR, POD_GW, POD_MAC, R, THICK_SIZES, check_interrupt};
+use crate::{
+    Ctx, NODE_ATTACHMENTS, POD_ADDR, POD_GW, POD_MAC, R, THICK_SIZES, check_interrupt, node_in,
+};
 
 use crate::{measure::*, report::*, stats::*};
 use contrail_k8s_cni::netlink::{self, Route, Socket, VethEnd};
@@ -10,6 +12,8 @@ use ipnetwork::IpNetwork;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -77,9 +81,14 @@ impl Rss {
 pub(crate) struct Single {
     pub(crate) ours: Variant,
     pub(crate) ptp: Variant,
+    /// The attachment's netlink work in-process: the netns, the sockets, the operations.
     pub(crate) raw: Variant,
-    /// In-process floor without runtime and socket set-up: the kernel operations alone.
+    /// The same without the netns and socket set-up: the kernel operations alone.
     pub(crate) raw_ops: Variant,
+    /// The rest of the ADD's floor: an empty static program, spawned and reaped as the plugin
+    /// is, and the agent's requests of one ADD in-process on one kept-alive connection.
+    pub(crate) empty: Vec<f64>,
+    pub(crate) agent: Vec<f64>,
     /// Agent requests of each of contrail-k8s-cni's timed ADDs and DELs (the agent answering
     /// at once), counted by the simulator.
     pub(crate) requests_add: Vec<f64>,
@@ -87,8 +96,6 @@ pub(crate) struct Single {
     pub(crate) version_ours: Vec<f64>,
     pub(crate) version_ptp: Vec<f64>,
     pub(crate) version_true: Vec<f64>,
-    /// One GET to the simulator from this program (new connection, as the plugin does).
-    pub(crate) http: Vec<f64>,
     /// Peak RSS by call: ours ADD, ours DEL, ptp ADD, ptp DEL, ours VERSION, ptp VERSION, true.
     pub(crate) rss: Vec<(&'static str, Rss)>,
     /// What `wait4`'s ru_maxrss reports for /bin/true spawned by this program.
@@ -102,12 +109,13 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
         ptp: Variant::default(),
         raw: Variant::default(),
         raw_ops: Variant::default(),
+        empty: Vec::new(),
+        agent: Vec::new(),
         requests_add: Vec::new(),
         requests_del: Vec::new(),
         version_ours: Vec::new(),
         version_ptp: Vec::new(),
         version_true: Vec::new(),
-        http: Vec::new(),
         rss: Vec::new(),
         wait4_true_kb: 0,
     };
@@ -121,7 +129,7 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
         }
         let keep = i >= cx.sizes.warmup;
         // Rotate the order so that no variant always runs right after another: 0
-        // contrail-k8s-cni, 1 ptp + static, 2 raw netlink.
+        // contrail-k8s-cni, 1 ptp + static, 2 the floor's parts.
         for k in 0..3 {
             let variant = (i + k) % 3;
             let (who, bin, conf, into) = match variant {
@@ -134,9 +142,14 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
                 1 => ("ptp", &ptp, &cx.ptp_conf, &mut s.ptp),
                 _ => {
                     let t = raw_netlink(&ns, i == 0)?;
+                    let empty = cx.env(&cx.node, "VERSION", &ns, "-");
+                    let empty = empty.run(&cx.empty, &cx.version_conf, &scratch)?;
+                    let agent = agent_requests_of_an_add(cx, i == 0)?;
                     if keep {
                         s.raw.push(t.add, t.del);
                         s.raw_ops.push(t.add_ops, t.del_ops);
+                        s.empty.push(empty.ms());
+                        s.agent.push(agent);
                     }
                     continue;
                 }
@@ -145,7 +158,7 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
             let ours = variant == 0;
             let count = || if ours { cx.agent_requests() } else { Ok(0) };
             let before = count()?;
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+            let env = cx.env(&cx.node, "ADD", &ns, &cx.bench_pod.name);
             let add = env.run(bin, conf, &scratch)?;
             expect_add(who, &add)?;
             if i == 0 {
@@ -171,7 +184,7 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
     eprintln!("  VERSION (start-up cost) x{}", cx.sizes.version_runs);
     for i in 0..cx.sizes.version_runs + cx.sizes.warmup {
         check_interrupt()?;
-        let env = cx.env("VERSION", &ns, &cx.bench_pod.name);
+        let env = cx.env(&cx.node, "VERSION", &ns, &cx.bench_pod.name);
         let truth = PathBuf::from("/bin/true");
         for (bin, times) in [
             (&cx.opts.plugin, &mut s.version_ours),
@@ -188,12 +201,6 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
             if bin == &truth {
                 s.wait4_true_kb = s.wait4_true_kb.max(c.maxrss_kb);
             }
-        }
-        let t = Instant::now();
-        cx.sim
-            .get(&format!("/vm-cfg/k8s__default__{}", cx.bench_pod.name));
-        if i >= cx.sizes.warmup {
-            s.http.push(ms(t.elapsed()));
         }
     }
 
@@ -214,14 +221,14 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
             .into_iter()
             .enumerate()
         {
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+            let env = cx.env(&cx.node, "ADD", &ns, &cx.bench_pod.name);
             rss[2 * k].push(labels[2 * k], env.traced(bin, conf, &scratch)?)?;
             rss[2 * k + 1].push(
                 labels[2 * k + 1],
                 env.with("DEL").traced(bin, conf, &scratch)?,
             )?;
         }
-        let env = cx.env("VERSION", &ns, &cx.bench_pod.name);
+        let env = cx.env(&cx.node, "VERSION", &ns, &cx.bench_pod.name);
         rss[4].push(
             labels[4],
             env.traced(&cx.opts.plugin, &cx.version_conf, &scratch)?,
@@ -309,6 +316,103 @@ pub(crate) fn raw_netlink(ns: &Netns, verify: bool) -> R<RawTimes> {
     })
 }
 
+/// The agent's part of the ADD floor, ms: the three requests of one attachment's ADD (the
+/// pod's VMIs, the registration, the IP configuration), in-process, on one kept-alive
+/// connection, its set-up and close included (the plugin opens and closes one too), answers
+/// parsed as JSON. The registration is then withdrawn, untimed, so that the plugin's next ADD
+/// finds none.
+fn agent_requests_of_an_add(cx: &Ctx, verify: bool) -> R<f64> {
+    let pod = &cx.bench_pod;
+    let vmi = &pod.vmis[0];
+    let connect = || -> R<TcpStream> {
+        let conn = TcpStream::connect(("127.0.0.1", cx.sim.port))
+            .map_err(|e| format!("floor: connecting to the simulator: {e}"))?;
+        conn.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(conn)
+    };
+    let t = Instant::now();
+    let mut conn = connect()?;
+    let cfg = exchange(
+        &mut conn,
+        "GET",
+        &format!("/vm-cfg/{}", pod.vm_name()),
+        None,
+    )?;
+    let vn = cfg
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["id"] == vmi.uuid.as_str()))
+        .map(|v| v["vn-id"].clone())
+        .ok_or("floor: the VMI is not in the pod's /vm-cfg")?;
+    let port = serde_json::json!({"vm-id": "floor", "vm-uuid": pod.uuid, "vm-name": pod.vm_name(),
+        "host-ifname": "rawveth0", "vm-ifname": "eth0", "vm-namespace": "/run/netns/floor",
+        "vn-uuid": vn, "vmi-uuid": vmi.uuid});
+    exchange(&mut conn, "POST", "/vm", Some(&port.to_string()))?;
+    let ip = exchange(
+        &mut conn,
+        "GET",
+        &format!("/vm/{}/{}", pod.uuid, vmi.uuid),
+        None,
+    )?;
+    drop(conn);
+    let took = ms(t.elapsed());
+    if verify && ip[0]["ip-address"] != POD_ADDR {
+        return Err(format!("floor: unexpected IP configuration {ip}"));
+    }
+    exchange(
+        &mut connect()?,
+        "DELETE",
+        &format!("/vm/{}", pod.uuid),
+        None,
+    )?;
+    Ok(took)
+}
+
+/// One HTTP/1.1 request on a kept-alive connection and its JSON answer, which must be a 200
+/// with a Content-Length (the agent's framing).
+fn exchange(conn: &mut TcpStream, method: &str, path: &str, body: Option<&str>) -> R<Value> {
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let what = |e: std::io::Error| format!("floor: {method} {path}: {e}");
+    conn.write_all(request.as_bytes()).map_err(what)?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).map_err(what)?;
+        if n == 0 {
+            return Err(format!("floor: {method} {path}: connection closed"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    if !head.starts_with("http/1.1 200 ") {
+        return Err(format!(
+            "floor: {method} {path}: {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("floor: {method} {path}: no Content-Length"))?;
+    while buf.len() < head_end + length {
+        let n = conn.read(&mut chunk).map_err(what)?;
+        if n == 0 {
+            return Err(format!("floor: {method} {path}: connection closed"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    serde_json::from_slice(&buf[head_end..head_end + length])
+        .map_err(|e| format!("floor: {method} {path}: {e}"))
+}
+
 /// What a single-interface ADD must leave: eth0 with the pod address, a default route.
 pub(crate) fn assert_attached(ns: &Netns, who: &str) -> R<()> {
     let addrs = ns.addrs("eth0");
@@ -345,7 +449,7 @@ pub(crate) fn compare(cx: &Ctx, other: &Path) -> R<()> {
             eprintln!("  compare run {i}/{total}");
         }
         for k in [i % 2, 1 - i % 2] {
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+            let env = cx.env(&cx.node, "ADD", &ns, &cx.bench_pod.name);
             let add = env.run(bins[k], &cx.ours_conf, &scratch)?;
             expect_add("compare", &add)?;
             let del = env.with("DEL").run(bins[k], &cx.ours_conf, &scratch)?;
@@ -357,7 +461,7 @@ pub(crate) fn compare(cx: &Ctx, other: &Path) -> R<()> {
     }
     for _ in 0..cx.sizes.rss_runs {
         for k in 0..2 {
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+            let env = cx.env(&cx.node, "ADD", &ns, &cx.bench_pod.name);
             rss[k].push("ADD", env.traced(bins[k], &cx.ours_conf, &scratch)?)?;
             rss[k].push(
                 "DEL",
@@ -384,13 +488,13 @@ pub(crate) fn compare(cx: &Ctx, other: &Path) -> R<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------- 4: the state directory on a disk
+// ---------------------------------------------------------------- 4: the state directory elsewhere
 
 /// A filesystem mounted in the bench's own mount namespace (the machine never sees it),
 /// unmounted on drop and its image file removed. `mount -o loop` makes the loop device clear
 /// itself at the unmount, which also happens when the namespace ends with the process.
-struct Mount {
-    dir: PathBuf,
+pub(crate) struct Mount {
+    pub(crate) dir: PathBuf,
     image: Option<PathBuf>,
     mounted: bool,
 }
@@ -413,7 +517,7 @@ impl Mount {
     }
 
     /// ext4 on a loop device: a sparse 64 MiB file `image`, `mkfs.ext4 -q`, `mount -o loop`.
-    fn ext4(image: PathBuf, dir: PathBuf) -> R<Mount> {
+    pub(crate) fn ext4(image: PathBuf, dir: PathBuf) -> R<Mount> {
         let mut m = Mount {
             dir,
             image: Some(image.clone()),
@@ -465,34 +569,29 @@ pub(crate) struct Disk {
     pub(crate) del_syncs: BTreeMap<String, u64>,
 }
 
-/// One attachment's ADD and DEL with the state directory on tmpfs, on ext4 on a loop device,
-/// and where the other phases keep it (the temporary directory), interleaved; then one ADD and
-/// one DEL of each under strace, counting their syncs.
+/// One attachment's ADD and DEL with the state directory on ext4 on a loop device (as in the
+/// other phases), on tmpfs and in the temporary directory, interleaved; then one ADD and one
+/// DEL of each under strace, counting their syncs.
 pub(crate) fn disk(cx: &Ctx) -> R<Vec<Disk>> {
     let tmpfs = Mount::tmpfs(cx.dir.0.join("tmpfs"))?;
-    let ext4 = Mount::ext4(cx.dir.0.join("ext4.img"), cx.dir.0.join("ext4"))?;
     let places = [
+        (
+            format!(
+                "{} (a sparse 64 MiB file in the temp dir), as in the other phases",
+                filesystem_of(&cx.ext4.dir)
+            ),
+            cx.ext4.dir.join("disk-ports"),
+        ),
         ("tmpfs".to_string(), tmpfs.dir.join("ports")),
         (
-            format!(
-                "{} (a sparse 64 MiB file in the temp dir)",
-                filesystem_of(&ext4.dir)
-            ),
-            ext4.dir.join("ports"),
-        ),
-        (
-            format!(
-                "the temp dir, as in the other phases: {}",
-                filesystem_of(&cx.dir.0)
-            ),
+            format!("the temp dir: {}", filesystem_of(&cx.dir.0)),
             cx.dir.0.join("ports"),
         ),
     ];
-    let confs: Vec<PathBuf> = places
+    let nodes: Vec<_> = places
         .iter()
-        .enumerate()
-        .map(|(k, (_, dir))| cx.conf_in(&format!("disk{k}.json"), "contrail-k8s-cni", dir))
-        .collect::<R<_>>()?;
+        .map(|(_, dir)| node_in(&cx.sim, dir))
+        .collect();
     let mut rows: Vec<Disk> = places
         .into_iter()
         .map(|(fs, _)| Disk {
@@ -513,10 +612,12 @@ pub(crate) fn disk(cx: &Ctx) -> R<Vec<Disk>> {
         }
         for k in 0..rows.len() {
             let k = (i + k) % rows.len();
-            let env = cx.env("ADD", &ns, &cx.bench_pod.name);
-            let add = env.run(&cx.opts.plugin, &confs[k], &scratch)?;
+            let env = cx.env(&nodes[k], "ADD", &ns, &cx.bench_pod.name);
+            let add = env.run(&cx.opts.plugin, &cx.ours_conf, &scratch)?;
             expect_add(&rows[k].fs, &add)?;
-            let del = env.with("DEL").run(&cx.opts.plugin, &confs[k], &scratch)?;
+            let del = env
+                .with("DEL")
+                .run(&cx.opts.plugin, &cx.ours_conf, &scratch)?;
             expect_del(&rows[k].fs, &del)?;
             if i >= cx.sizes.warmup {
                 rows[k].add.push(add.ms());
@@ -525,8 +626,9 @@ pub(crate) fn disk(cx: &Ctx) -> R<Vec<Disk>> {
         }
     }
     eprintln!("  syncs of one ADD and one DEL under strace");
-    for (row, conf) in rows.iter_mut().zip(&confs) {
-        let env = cx.env("ADD", &ns, &cx.bench_pod.name);
+    for (row, node) in rows.iter_mut().zip(&nodes) {
+        let conf = &cx.ours_conf;
+        let env = cx.env(node, "ADD", &ns, &cx.bench_pod.name);
         let (added, add) = env.syncs(&cx.opts.plugin, conf, &scratch)?;
         let (deleted, del) = env.with("DEL").syncs(&cx.opts.plugin, conf, &scratch)?;
         if !(added && deleted) {
@@ -563,8 +665,8 @@ pub(crate) fn thick(cx: &Ctx) -> R<Vec<Thick>> {
             if round > cx.sizes.thick_reps[k] {
                 continue;
             }
-            let env = cx.env("ADD", &nss[k], &pod.name);
-            let a = env.run(&cx.opts.thick, &cx.thick_conf, &scratch)?;
+            let env = cx.env(&cx.thick_node, "ADD", &nss[k], &pod.name);
+            let a = env.run(&cx.opts.thick, &cx.ours_conf, &scratch)?;
             expect_add(&format!("thick x{n}"), &a)?;
             if round == 0 {
                 let names = nss[k].ifnames();
@@ -577,14 +679,14 @@ pub(crate) fn thick(cx: &Ctx) -> R<Vec<Thick>> {
             }
             let d = env
                 .with("DEL")
-                .run(&cx.opts.thick, &cx.thick_conf, &scratch)?;
+                .run(&cx.opts.thick, &cx.ours_conf, &scratch)?;
             expect_del(&format!("thick x{n}"), &d)?;
             if round == 0 {
                 assert_empty(&nss[k], &format!("thick x{n}"))?;
                 // One traced ADD+DEL per size for its peak RSS.
-                let env = cx.env("ADD", &nss[k], &pod.name);
+                let env = cx.env(&cx.thick_node, "ADD", &nss[k], &pod.name);
                 for e in [&env, &env.with("DEL")] {
-                    let (ok, peaks) = e.traced(&cx.opts.thick, &cx.thick_conf, &scratch)?;
+                    let (ok, peaks) = e.traced(&cx.opts.thick, &cx.ours_conf, &scratch)?;
                     if !ok {
                         return Err(format!("thick x{n}: {} failed under ptrace", e.command));
                     }
@@ -630,7 +732,7 @@ pub(crate) fn parallel(cx: &Ctx) -> R<Parallel> {
         .parallel_pods
         .iter()
         .zip(&nss)
-        .map(|(p, ns)| cx.env("ADD", ns, &p.name))
+        .map(|(p, ns)| cx.env(&cx.node, "ADD", ns, &p.name))
         .collect();
     let calls = |command| -> Vec<Sequence> {
         let conf = cx.ours_conf.as_path();
@@ -739,6 +841,8 @@ pub(crate) struct Wave {
     pub(crate) pod: Stats,
     /// Requests the agent served meanwhile.
     pub(crate) requests: u64,
+    /// The same by "METHOD route status".
+    pub(crate) by_kind: BTreeMap<String, u64>,
     /// Each failed call: pod, interface, what it printed.
     pub(crate) failures: Vec<String>,
 }
@@ -755,10 +859,14 @@ pub(crate) struct NodeRound {
 /// ADDs at once (each pod's in Multus's order), the checks, all DELs at once (each pod's in
 /// reverse), the checks that nothing is left.
 pub(crate) fn full_node(cx: &Ctx) -> R<Vec<NodeRound>> {
-    let state = cx.dir.0.join("node-ports");
+    let state = PathBuf::from(
+        cx.node.contrail()["config-dir"]
+            .as_str()
+            .unwrap_or_default(),
+    );
     let confs: Vec<PathBuf> = NODE_ATTACHMENTS
         .iter()
-        .map(|(_, _, name)| cx.conf_in(&format!("node-{name}.json"), name, &state))
+        .map(|(_, _, name)| cx.stdin(name))
         .collect::<R<_>>()?;
     eprintln!("  creating {} pod netns", cx.node_pods.len());
     let nss: Vec<Netns> = cx.node_pods.iter().map(|_| Netns::new()).collect();
@@ -771,7 +879,7 @@ pub(crate) fn full_node(cx: &Ctx) -> R<Vec<NodeRound>> {
         let sandboxes: Vec<CniEnv> = pods
             .iter()
             .zip(nss)
-            .map(|(p, ns)| cx.env("ADD", ns, &p.name))
+            .map(|(p, ns)| cx.env(&cx.node, "ADD", ns, &p.name))
             .collect();
         let add = wave(cx, pods, &sandboxes, "ADD", &confs)?;
         let mut problems = check_attached(cx, pods, nss)?;
@@ -810,9 +918,14 @@ fn wave(
                 .collect()
         })
         .collect();
-    let before = cx.agent_requests()?;
+    let before = cx.requests_by_kind()?;
     let calls = all_at_once(cx, &sequences, command == "DEL")?;
-    let requests = cx.agent_requests()? - before;
+    let mut by_kind = cx.requests_by_kind()?;
+    for (kind, n) in by_kind.iter_mut() {
+        *n -= before.get(kind).copied().unwrap_or(0);
+    }
+    by_kind.retain(|_, n| *n > 0);
+    let requests = by_kind.values().sum();
     let mut failures = Vec::new();
     for (pod, calls) in pods.iter().zip(&calls) {
         for (&k, call) in order.iter().zip(calls) {
@@ -830,6 +943,7 @@ fn wave(
         total: span(calls.iter().flatten()),
         pod: stats(&calls.iter().map(span).collect::<Vec<_>>()),
         requests,
+        by_kind,
         failures,
     })
 }
@@ -950,6 +1064,10 @@ pub(crate) struct Ready {
     /// (ready moment after the ADD started, lag after the ready moment), ms.
     pub(crate) samples: Vec<(f64, f64)>,
     pub(crate) lag: Stats,
+    /// The lag's two parts: from the ready moment to the poll that saw it (the simulator's
+    /// first 200 for the VMI), and from there to the ADD's return (the rest of the ADD).
+    pub(crate) seen: Stats,
+    pub(crate) rest: Stats,
     /// Requests the agent served during the phase (its ADDs and DELs).
     pub(crate) requests: u64,
     /// Seconds the ADDs spent waiting: from their registration to their return (the delay of
@@ -994,49 +1112,56 @@ pub(crate) fn readiness(cx: &Ctx) -> R<Ready> {
     check_interrupt()?;
     let requests = cx.agent_requests()? - before;
     let samples = samples.into_inner().unwrap_or_else(|p| p.into_inner());
-    let lags: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let part = |k: usize| stats(&samples.iter().map(|s| s[k]).collect::<Vec<_>>());
+    let lags: Vec<f64> = samples.iter().map(|s| s[1]).collect();
     // Every pod ran (or the phase failed above): its delay once, its lag once.
     let delays: u64 = cx.ready_pods.iter().map(ip_delay_ms).sum();
     let waiting_s = (delays as f64 + lags.iter().sum::<f64>()) / 1000.0;
     Ok(Ready {
-        samples,
+        samples: samples.iter().map(|s| (s[0], s[1])).collect(),
         lag: stats(&lags),
+        seen: part(2),
+        rest: part(3),
         requests,
         waiting_s,
     })
 }
 
 /// The agent has an IP configuration only for a registered port, `ip-delay-ms` after the
-/// registration: the simulator reports when the plugin registered the VMI (CLOCK_MONOTONIC, the
-/// clock behind `Instant`), so the ready moment is known exactly.
-pub(crate) fn ready_once(cx: &Ctx, ns: &Netns, pod: &PodSpec, scratch: &Path) -> R<(f64, f64)> {
-    let env = cx.env("ADD", ns, &pod.name);
+/// registration: the simulator reports when the plugin registered the VMI and when it first
+/// answered with its IP configuration (CLOCK_MONOTONIC, the clock behind `Instant`), so the
+/// ready moment and the poll that saw it are known exactly. ms: the ready moment after the ADD
+/// started, the lag, its part until that poll, its part after.
+pub(crate) fn ready_once(cx: &Ctx, ns: &Netns, pod: &PodSpec, scratch: &Path) -> R<[f64; 4]> {
+    let env = cx.env(&cx.node, "ADD", ns, &pod.name);
     let add = env.run(&cx.opts.plugin, &cx.ours_conf, scratch)?;
     expect_add("readiness", &add)?;
     let ports = cx.sim.get("/sim/ports");
-    let registered_ns = ports
+    let port = ports
         .as_array()
         .into_iter()
         .flatten()
         .find(|p| p["vmi-uuid"] == pod.vmis[0].uuid.as_str())
-        .and_then(|p| p["sim-registered-ns"].as_u64())
         .ok_or_else(|| format!("readiness: {} is not registered", pod.vmis[0].uuid))?;
-    let ready = instant_of(registered_ns) + Duration::from_millis(ip_delay_ms(pod));
-    let lag = if add.end >= ready {
-        ms(add.end - ready)
-    } else {
-        -ms(ready - add.end)
+    let clock = |key: &str| {
+        port[key]
+            .as_u64()
+            .map(instant_of)
+            .ok_or_else(|| format!("readiness: the simulator's port has no {key} (rebuild it)"))
     };
-    let at = if ready >= add.start {
-        ms(ready - add.start)
-    } else {
-        -ms(add.start - ready)
-    };
+    let ready = clock("sim-registered-ns")? + Duration::from_millis(ip_delay_ms(pod));
+    let seen = clock("sim-ip-answered-ns")?;
+    let signed = |a: Instant, b: Instant| if a >= b { ms(a - b) } else { -ms(b - a) };
     let del = env
         .with("DEL")
         .run(&cx.opts.plugin, &cx.ours_conf, scratch)?;
     expect_del("readiness", &del)?;
-    Ok((at, lag))
+    Ok([
+        signed(ready, add.start),
+        signed(add.end, ready),
+        signed(seen, ready),
+        signed(add.end, seen),
+    ])
 }
 
 /// When a one-VMI pod's IP configuration comes, ms after its registration.

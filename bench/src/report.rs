@@ -2,7 +2,7 @@
 
 use crate::{BEGIN, END, NODE_ATTACHMENTS, NODE_IP_DELAY_MS, Opts, R};
 use crate::{phases::*, stats::*};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::{self};
 use std::path::Path;
@@ -22,6 +22,27 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// The ADD's floor, ms: medians of an empty static program's start-up, the attachment's
+    /// netlink work in-process (netns, sockets, operations) and the agent's three requests on
+    /// one kept-alive connection, summed.
+    pub(crate) fn floor(&self) -> f64 {
+        let s = &self.single;
+        stats(&s.empty).median + stats(&s.raw.add).median + stats(&s.agent).median
+    }
+
+    /// The readiness lag's floor, ms: half the period of a waiting call's polls (the plugin's
+    /// `POLL_PERIOD`: the ready moment falls anywhere between two polls) plus the rest of the ADD
+    /// after the poll that saw the IP configuration (median).
+    pub(crate) fn ready_floor(&self) -> f64 {
+        poll_half() + self.ready.rest.median
+    }
+
+    /// How far the median lag of these samples may stray from the floor by chance: the
+    /// standard error of the median of n phases uniform over a poll period, P / (2 sqrt n).
+    pub(crate) fn ready_noise(&self) -> f64 {
+        2.0 * poll_half() / (2.0 * (self.ready.lag.n.max(1) as f64).sqrt())
+    }
+
     /// Agent requests of one ADD and of one DEL with the agent answering at once (medians).
     pub(crate) fn requests_per_call(&self) -> (f64, f64) {
         let s = &self.single;
@@ -41,6 +62,11 @@ impl Report {
             0.0
         }
     }
+}
+
+/// Half the plugin's poll period, ms: the mean wait from a ready moment to the next poll.
+pub(crate) fn poll_half() -> f64 {
+    contrail_k8s_cni::POLL_PERIOD.as_secs_f64() * 1000.0 / 2.0
 }
 
 pub(crate) fn kb(path: &Path) -> f64 {
@@ -209,8 +235,8 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     let _ = writeln!(m, "\n## Targets\n");
     let _ = writeln!(
         m,
-        "ADD and DEL from one interleaved loop (sections 1-2), peak RSS from section 3, the \
-         readiness lag from section 8.\n"
+        "ADD and DEL from one interleaved loop (sections 1-2), the state directory on ext4 on a \
+         loop device as on a node; peak RSS from section 3, the readiness lag from section 8.\n"
     );
     let _ = writeln!(m, "| target | measured | |\n|---|---|---|");
     let _ = writeln!(
@@ -220,6 +246,17 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
         f2(ptp_add.median),
         f2(ours_add.median / ptp_add.median),
         verdict(ours_add.median <= 0.33 * ptp_add.median)
+    );
+    let floor = r.floor();
+    let _ = writeln!(
+        m,
+        "| ADD median at most 1.3x the floor (an empty static program's start-up + the \
+         attachment's netlink work + the agent's requests of one ADD on one connection) | {} ms \
+         vs {} ms: {}x | {} |",
+        f2(ours_add.median),
+        f2(floor),
+        f2(ours_add.median / floor),
+        verdict(ours_add.median <= 1.3 * floor)
     );
     let _ = writeln!(
         m,
@@ -235,14 +272,22 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
         f2(rss_ours / rss_ptp),
         verdict(rss_ours <= 0.5 * rss_ptp)
     );
+    let (ready_floor, noise) = (r.ready_floor(), r.ready_noise());
     let _ = writeln!(
         m,
-        "| readiness lag median at most 10 ms, a waiting call making at most 50 requests a \
-         second to the agent | median {} ms (worst {} ms); {} requests per waiting second | {} |",
-        f1(lag.median),
+        "| readiness lag median at its floor ({} ms, half the poll period, + the rest of the \
+         ADD, median {} ms; within the sampling error of {} samples, {} ms), a waiting call \
+         making at most 50 requests a second to the agent | median {} ms vs {} ms (worst {} \
+         ms); {} requests per waiting second | {} |",
+        f2(poll_half()),
+        f2(r.ready.rest.median),
+        lag.n,
+        f2(noise),
+        f2(lag.median),
+        f2(ready_floor),
         f1(lag.max),
         f1(rate),
-        verdict(lag.median <= 10.0 && rate <= 50.0)
+        verdict(lag.median <= ready_floor + noise && rate <= 50.0)
     );
     let p = &r.parallel;
     let _ = writeln!(
@@ -296,10 +341,7 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     let rows = [
         ("contrail-k8s-cni", &s.ours),
         ("ptp + static", &s.ptp),
-        (
-            "raw rtnetlink, per call (runtime, sockets, operations)",
-            &s.raw,
-        ),
+        ("floor: raw rtnetlink (netns, sockets, operations)", &s.raw),
         ("raw rtnetlink, operations only", &s.raw_ops),
     ];
     for (name, v) in rows {
@@ -320,6 +362,27 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
             f2(d.min),
         );
     }
+    for (name, v) in [
+        ("floor: an empty static program (`cc -static`)", &s.empty),
+        (
+            "floor: the agent's requests of one ADD, one connection",
+            &s.agent,
+        ),
+    ] {
+        let a = stats(v);
+        let _ = writeln!(
+            m,
+            "| {name} | {} | {} | {} | | | | 3 / - |",
+            f2(a.median),
+            f2(a.p95),
+            f2(a.min),
+        );
+    }
+    let _ = writeln!(
+        m,
+        "| **floor of an ADD** (the three floor rows' medians) | {} | | | | | | |",
+        f2(floor)
+    );
     let (vo, vp, vt) = (
         stats(&s.version_ours),
         stats(&s.version_ptp),
@@ -327,13 +390,11 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     );
     let _ = writeln!(
         m,
-        "\nStart-up alone (`VERSION`, median): contrail-k8s-cni {} ms, ptp {} ms, `/bin/true` {} \
-         ms. One HTTP request to the simulator (new TCP connection, as the plugin makes them) \
-         takes {} ms (median) from this program.",
+        "\nStart-up alone (`VERSION`, median): contrail-k8s-cni {} ms, ptp {} ms, `/bin/true` \
+         (dynamically linked) {} ms.",
         f2(vo.median),
         f2(vp.median),
         f2(vt.median),
-        f2(stats(&s.http).median)
     );
     let _ = writeln!(
         m,
@@ -341,10 +402,10 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
          contrail-k8s-cni: it creates the veth inside the pod and moves the host end out, and \
          also puts the gateway address and a host route on the host end. contrail-k8s-cni's \
          ADD additionally makes {req_add} requests to the agent (the pod, the port \
-         registration, the IP configuration) and writes its state file (fsync, section 4) \
+         registration, the IP configuration) and writes its state file (no fsync, section 4) \
          under the pod lock; its DEL makes {req_del} (the deregistration) and removes the file. \
-         The raw floor has neither HTTP nor files; most of every DEL is the kernel's veth \
-         deletion, which waits for an RCU grace period."
+         The floor has no files and no parsing of its own; most of every DEL is the kernel's \
+         veth deletion, which waits for an RCU grace period."
     );
     let _ = writeln!(
         m,
@@ -398,12 +459,12 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
         let _ = writeln!(m, "| {name} | {kb:.0} |");
     }
 
-    let _ = writeln!(m, "\n## 4. The state directory on a disk\n");
+    let _ = writeln!(m, "\n## 4. The state directory on other filesystems\n");
     let _ = writeln!(
         m,
-        "One attachment's ADD and DEL with `config-dir` on tmpfs, on ext4 on a loop device (a \
-         sparse 64 MiB file, `mkfs.ext4 -q`, mounted in the benchmark's own mount namespace), \
-         and in the benchmark's temporary directory, where the other phases keep it; {} runs \
+        "One attachment's ADD and DEL with `config-dir` on ext4 on a loop device (a sparse 64 \
+         MiB file, `mkfs.ext4 -q`, mounted in the benchmark's own mount namespace), where the \
+         other phases keep it, on tmpfs, and in the benchmark's temporary directory; {} runs \
          each, interleaved, after {} warm-up runs. fsyncs: the fsync, fdatasync and \
          sync_file_range calls of one ADD and one DEL, by name, counted by `strace -f -c`.\n",
         r.disk.first().map_or(0, |d| d.add.len()),
@@ -519,16 +580,35 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     );
     let _ = writeln!(
         m,
-        "| median, ms | p95, ms | worst, ms | best, ms | requests per waiting second |\n|---|---|---|---|---|"
+        "| | median, ms | p95, ms | worst, ms | best, ms |\n|---|---|---|---|---|"
     );
+    for (name, st) in [
+        ("lag", lag),
+        (
+            "its first part: the ready moment to the poll that saw it",
+            &r.ready.seen,
+        ),
+        (
+            "its second part: that poll to the ADD's return (the rest of the ADD)",
+            &r.ready.rest,
+        ),
+    ] {
+        let _ = writeln!(
+            m,
+            "| {name} | {} | {} | {} | {} |",
+            f1(st.median),
+            f1(st.p95),
+            f1(st.max),
+            f1(st.min)
+        );
+    }
     let _ = writeln!(
         m,
-        "| {} | {} | {} | {} | {} |",
-        f1(lag.median),
-        f1(lag.p95),
-        f1(lag.max),
-        f1(lag.min),
-        f1(rate)
+        "\nA waiting call made {} requests per waiting second. The first part's floor is half \
+         the plugin's poll period (`POLL_PERIOD`, {} ms): the ready moment falls anywhere \
+         between two polls.",
+        f1(rate),
+        f1(2.0 * poll_half())
     );
     let _ = writeln!(
         m,
@@ -591,6 +671,50 @@ fn node_section(m: &mut String, r: &Report) {
             n.add.failures.len() + n.del.failures.len()
         );
     }
+    let attachments = (full.pods * NODE_ATTACHMENTS.len()) as f64;
+    let _ = writeln!(
+        m,
+        "\nThe agent's requests per attachment in the round of {} pods, by method, route and \
+         answer (counted by the simulator). A 404 of a GET is a poll that found nothing yet \
+         (or, for a repeated network, the one look at whether a VMI is registered yet); \
+         every other request is one of the call's own steps.\n",
+        full.pods
+    );
+    let _ = writeln!(m, "| request | per ADD | per DEL |\n|---|---|---|");
+    let kinds: BTreeSet<&String> = full
+        .add
+        .by_kind
+        .keys()
+        .chain(full.del.by_kind.keys())
+        .collect();
+    let per = |w: &Wave, k: &str| w.by_kind.get(k).copied().unwrap_or(0) as f64 / attachments;
+    for k in &kinds {
+        let _ = writeln!(
+            m,
+            "| `{k}` | {} | {} |",
+            f2(per(&full.add, k)),
+            f2(per(&full.del, k))
+        );
+    }
+    let split = |w: &Wave| {
+        let polls: u64 = w
+            .by_kind
+            .iter()
+            .filter(|(k, _)| k.starts_with("GET ") && k.ends_with(" 404"))
+            .map(|(_, n)| n)
+            .sum();
+        let n = attachments;
+        ((w.requests - polls) as f64 / n, polls as f64 / n)
+    };
+    let ((add_steps, add_polls), (del_steps, del_polls)) = (split(&full.add), split(&full.del));
+    let _ = writeln!(
+        m,
+        "| **steps** (not a 404 of a GET) | {} | {} |\n| **polls** (a 404 of a GET) | {} | {} |",
+        f2(add_steps),
+        f2(del_steps),
+        f2(add_polls),
+        f2(del_polls)
+    );
     let found = r.node.iter().flat_map(|n| {
         n.add
             .failures
