@@ -319,12 +319,14 @@ pub(crate) fn configure(ctr: &mut Socket, spec: &Spec) -> Result<Vec<(IpNetwork,
             oif: Some(link.index),
         })?;
     }
-    let defaults = if spec.defaults.is_empty() {
-        Vec::new()
-    } else {
-        let routes = routes(ctr)?;
-        spec.defaults_to_add(&routes, link.index)
-    };
+    // A default route can only be held by a route of its own family: one dump per family.
+    let mut routes = Vec::new();
+    for v6 in [false, true] {
+        if spec.defaults.iter().any(|(dst, _)| dst.is_ipv6() == v6) {
+            routes.extend(ctr.routes(v6)?);
+        }
+    }
+    let defaults = spec.defaults_to_add(&routes, link.index);
     for (dst, gw) in spec.defaults.iter().filter(|d| !defaults.contains(d)) {
         log::info!(
             "{}: the pod's {dst} route is on another interface already: leaving it (not via {gw})",
