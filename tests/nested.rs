@@ -420,12 +420,12 @@ fn gc_and_the_sweep_release_a_gone_sandboxs_vlan() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The sweep removes the links, then the state: wait for both.
     wait_for("the sweep", Duration::from_secs(60), || {
-        vlans(&parent).is_empty()
+        vlans(&parent).is_empty() && !fx.node.pod_dir_exists(&fx.pod)
     });
     let _ = watch.kill();
     let _ = watch.wait();
-    assert!(!fx.node.pod_dir_exists(&fx.pod));
     never_registered(&fx);
 }
 
