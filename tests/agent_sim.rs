@@ -165,6 +165,21 @@ fn ip_delay_counts_from_the_registration() {
         call(&sim, "GET", &ip_path(&pod, 0), None).0 == 200
     });
     assert!(registered.elapsed() >= delay, "{:?}", registered.elapsed());
+    // For the benchmark: when it was registered and when a GET first answered with the IP
+    // configuration (a later one does not move it), on CLOCK_MONOTONIC.
+    let stamps = || {
+        let ports = call(&sim, "GET", "/sim/ports", None).1;
+        let p = &ports[0];
+        let ns = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
+        (ns("sim-registered-ns"), ns("sim-ip-answered-ns"))
+    };
+    let (since, answered) = stamps();
+    assert!(
+        answered - since >= delay.as_nanos() as u64,
+        "{since} {answered}"
+    );
+    assert_eq!(call(&sim, "GET", &ip_path(&pod, 0), None).0, 200);
+    assert_eq!(stamps(), (since, answered));
 }
 
 #[test]
@@ -286,7 +301,7 @@ fn connections_stay_open_between_requests() {
 }
 
 #[test]
-fn stats_count_every_request_served_but_the_simulators_own() {
+fn stats_count_every_request_served_but_the_simulators_own_in_all_and_by_kind() {
     let pod = two_vmi_pod();
     let sim = Sim::start(&[&pod], &[]);
     let requests = || call(&sim, "GET", "/sim/stats", None).1;
@@ -302,6 +317,17 @@ fn stats_count_every_request_served_but_the_simulators_own() {
     assert_eq!(sim.ports().len(), 1);
     assert_eq!(requests(), json!({"requests": 5}));
     assert_eq!(requests(), json!({"requests": 5}));
+    // The same by method, route and answer.
+    assert_eq!(
+        call(&sim, "GET", "/sim/requests", None).1,
+        json!({
+            "GET /vm-cfg/<vm-name> 200": 1,
+            "POST /vm 200": 1,
+            "GET /vm/<vm-uuid>/<vmi-uuid> 200": 1,
+            "GET /vm/<vm-uuid>/<vmi-uuid> 404": 1,
+            "GET <other> 404": 1,
+        })
+    );
 }
 
 // ---------------------------------------------------------------- nested pods
