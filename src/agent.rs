@@ -165,10 +165,8 @@ impl Agent {
         mut attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
     ) -> Result<T> {
         let deadline = self.deadline;
-        let mut pauses = EARLY_POLL_PAUSES
-            .into_iter()
-            .chain(std::iter::repeat(POLL_PERIOD));
         let mut last;
+        let mut polled = 0;
         loop {
             let attempt_started = Instant::now();
             // Even a wait that starts at the deadline makes one attempt worth making.
@@ -188,12 +186,14 @@ impl Agent {
                     what: what.to_string(),
                 });
             }
-            // Give up rather than start an attempt too short to get an answer: its timeout
-            // would replace the informative error of the attempts before it.
-            let pause = pauses
-                .next()
+            let pause = EARLY_POLL_PAUSES
+                .get(polled)
+                .copied()
                 .unwrap_or(POLL_PERIOD)
                 .saturating_sub(attempt_started.elapsed());
+            polled += 1;
+            // Give up rather than start an attempt too short to get an answer: its timeout
+            // would replace the informative error of the attempts before it.
             let left = deadline.saturating_duration_since(Instant::now());
             if left < pause + self.poll_timeout.min(MIN_ATTEMPT) {
                 return Err(Error::TimedOut {

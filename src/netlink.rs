@@ -110,7 +110,8 @@ fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
         lower: None,
         vlan: None,
     };
-    for (kind, value) in attributes(&payload[16..])? {
+    for attribute in attributes(&payload[16..]) {
+        let (kind, value) = attribute?;
         match kind {
             libc::IFLA_IFNAME => link.name = c_string(value)?,
             libc::IFLA_LINK => link.lower = Some(u32_of(value)?),
@@ -119,11 +120,13 @@ fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
             libc::IFLA_ADDRESS => link.mac = value.try_into().ok(),
             libc::IFLA_LINKINFO => {
                 // The kernel puts the kind before its kind-specific data.
-                for (info, value) in attributes(value)? {
+                for info in attributes(value) {
+                    let (info, value) = info?;
                     match info {
                         libc::IFLA_INFO_KIND => link.kind = Some(c_string(value)?),
                         libc::IFLA_INFO_DATA if link.kind.as_deref() == Some("vlan") => {
-                            for (data, value) in attributes(value)? {
+                            for data in attributes(value) {
+                                let (data, value) = data?;
                                 if data == IFLA_VLAN_ID {
                                     link.vlan = Some(u16_of(value)?);
                                 }
@@ -142,21 +145,13 @@ fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
 /// `IFLA_VLAN_ID` in a VLAN's `IFLA_INFO_DATA` (linux/if_link.h).
 const IFLA_VLAN_ID: u16 = 1;
 
-/// The attributes (type, value) of a netlink attribute stream, flag bits cleared from the type.
-fn attributes(mut bytes: &[u8]) -> Result<Vec<(u16, &[u8])>, DecodeError> {
-    let mut out = Vec::new();
-    while bytes.len() >= 4 {
-        let len = usize::from(u16::from_ne_bytes([bytes[0], bytes[1]]));
-        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & libc::NLA_TYPE_MASK as u16;
-        let value = bytes
-            .get(4..len.max(4))
-            .ok_or_else(|| DecodeError::from(format!("attribute {kind} overruns its message")))?;
-        out.push((kind, value));
-        bytes = bytes
-            .get(len.next_multiple_of(4).max(4)..)
-            .unwrap_or_default();
-    }
-    Ok(out)
+/// The attributes (type, value) of an attribute stream, bounds-checked by the crate's iterator.
+fn attributes(bytes: &[u8]) -> impl Iterator<Item = Result<(u16, &[u8]), DecodeError>> {
+    NlasIterator::new(bytes).map(|nla| {
+        let nla = nla?;
+        let (kind, len) = (nla.kind(), usize::from(nla.length()));
+        Ok((kind, &nla.into_inner()[4..len]))
+    })
 }
 
 fn u32_of(value: &[u8]) -> Result<u32, DecodeError> {

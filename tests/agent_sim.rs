@@ -3,56 +3,14 @@
 //! test trusts the simulator, so what it promises is executable here. Raw HTTP on purpose: the
 //! status line, the error bodies and the kept-alive connection are part of the contract.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-/// One HTTP exchange on an open connection: (status line, body).
-fn exchange(
-    conn: &mut BufReader<TcpStream>,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> (String, String) {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.get_mut().write_all(request.as_bytes()).unwrap();
-    let mut status = String::new();
-    conn.read_line(&mut status).unwrap();
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        conn.read_line(&mut line).unwrap();
-        if line.trim().is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':').unwrap();
-        assert!(
-            !name.eq_ignore_ascii_case("connection"),
-            "the agent sends no Connection header: {line}"
-        );
-        if name.eq_ignore_ascii_case("content-length") {
-            length = value.trim().parse().unwrap();
-        }
-    }
-    let mut body = vec![0; length];
-    conn.read_exact(&mut body).unwrap();
-    (status.trim().to_string(), String::from_utf8(body).unwrap())
-}
-
-fn connect(sim: &Sim) -> BufReader<TcpStream> {
-    BufReader::new(TcpStream::connect(("127.0.0.1", sim.port)).unwrap())
-}
-
 /// One request on a fresh connection: (status code, body as JSON).
 fn call(sim: &Sim, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let (status, body) = exchange(&mut connect(sim), method, path, body);
+    let (status, body) = exchange(&mut sim.connect(), method, path, body);
     let code = status.split(' ').nth(1).unwrap().parse().unwrap();
     (code, serde_json::from_str(&body).unwrap())
 }
@@ -250,7 +208,7 @@ fn delete_drops_every_registration_of_the_pod() {
 fn errors_carry_the_agents_status_line_and_bodies() {
     let pod = two_vmi_pod();
     let sim = Sim::start(&[&pod], &[]);
-    let mut conn = connect(&sim);
+    let mut conn = sim.connect();
     let (status, body) = exchange(&mut conn, "GET", &ip_path(&pod, 0), None);
     // The agent says "OK" whatever the code, and wraps its message in a JSON object.
     assert_eq!(status, "HTTP/1.1 404 OK");
@@ -284,7 +242,7 @@ fn errors_carry_the_agents_status_line_and_bodies() {
 fn connections_stay_open_between_requests() {
     let pod = two_vmi_pod();
     let sim = Sim::start(&[&pod], &[]);
-    let mut conn = connect(&sim);
+    let mut conn = sim.connect();
     let cfg = format!("/vm-cfg/{}", pod.vm_name());
     for _ in 0..3 {
         assert_eq!(exchange(&mut conn, "GET", &cfg, None).0, "HTTP/1.1 200 OK");
@@ -308,7 +266,7 @@ fn stats_count_every_request_served_but_the_simulators_own_in_all_and_by_kind() 
     assert_eq!(requests(), json!({"requests": 0}));
     let body = port(&sim, &pod, 0, "tap00000000000b"); // one GET /vm-cfg
     // Requests, not connections: four on one kept-alive connection, answered 200 or 404 alike.
-    let mut conn = connect(&sim);
+    let mut conn = sim.connect();
     exchange(&mut conn, "POST", "/vm", Some(&body));
     exchange(&mut conn, "GET", &ip_path(&pod, 0), None);
     exchange(&mut conn, "GET", &ip_path(&pod, 1), None);

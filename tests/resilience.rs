@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -223,17 +224,24 @@ fn del_of_the_same_attachment_during_its_slow_add_leaves_nothing() {
     fx.assert_nothing_left();
 }
 
-#[test]
-fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
+/// A pod on the cluster network and twice on net-a, with its state directory made, for files
+/// placed there by hand: (fixture, its VMIs, the directory).
+fn with_pod_dir() -> (Fixture, Vec<VmiSpec>, PathBuf) {
     let vmis = vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2),
         VmiSpec::new("net-a", 3),
     ];
     let fx = Fixture::new(vmis.clone());
-    let (pod, node) = (&fx.pod, &fx.node);
-    let dir = node.ports_dir().join(pod.vm_name());
+    let dir = fx.node.ports_dir().join(fx.pod.vm_name());
     std::fs::create_dir_all(&dir).unwrap();
+    (fx, vmis, dir)
+}
+
+#[test]
+fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
+    let (fx, vmis, dir) = with_pod_dir();
+    let (pod, node) = (&fx.pod, &fx.node);
     // A torn file on net-a's first VMI, and one from a future version on the cluster VMI.
     std::fs::write(dir.join(&vmis[1].uuid), "{\"vm-id\": \"abc\", \"vm-").unwrap();
     let future = json!({"vm-id": "x", "vm-uuid": pod.uuid, "vm-name": pod.vm_name(), "host-ifname": "tapx",
@@ -260,15 +268,8 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
 /// and hold no VMI; the same files written since the boot are someone else's and stay.
 #[test]
 fn state_files_a_power_loss_tore_go_with_the_next_call_and_gc_and_no_others() {
-    let vmis = vec![
-        VmiSpec::new("default", 1),
-        VmiSpec::new("net-a", 2),
-        VmiSpec::new("net-a", 3),
-    ];
-    let fx = Fixture::new(vmis.clone());
+    let (fx, vmis, dir) = with_pod_dir();
     let (pod, node) = (&fx.pod, &fx.node);
-    let dir = node.ports_dir().join(pod.vm_name());
-    std::fs::create_dir_all(&dir).unwrap();
     let before_boot = boot_time() - Duration::from_secs(60);
     let since_boot = std::time::SystemTime::now();
     write_dated(&dir.join(&vmis[1].uuid), "", since_boot);

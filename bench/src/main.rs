@@ -253,6 +253,15 @@ fn node_pod(i: usize, rng: &mut Rng) -> PodSpec {
     }
 }
 
+/// The config Multus hands the plugin for `network`, written in `dir`: only what a
+/// NetworkAttachmentDefinition says (the node's settings are in the node-wide file).
+fn stdin_conf(dir: &Path, node: &Node, network: &str) -> R<PathBuf> {
+    write_json(
+        dir.join(format!("net-{network}.json")),
+        &node.netconf("1.0.0", network),
+    )
+}
+
 fn write_json(path: PathBuf, v: &Value) -> R<PathBuf> {
     fs::write(&path, v.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
@@ -318,13 +327,9 @@ impl Ctx {
         self.dir.0.join("io").join(tag)
     }
 
-    /// The config Multus hands the plugin for `network`: only what a NetworkAttachmentDefinition
-    /// says (the node's settings are in the node-wide file).
+    /// The config Multus hands the plugin for `network` (see [`stdin_conf`]).
     fn stdin(&self, network: &str) -> R<PathBuf> {
-        write_json(
-            self.dir.0.join(format!("net-{network}.json")),
-            &self.node.netconf("1.0.0", network),
-        )
+        stdin_conf(&self.dir.0, &self.node, network)
     }
 
     /// Every request the simulator served so far, its own (`/sim/`) excepted.
@@ -389,6 +394,7 @@ fn setup(opts: Opts) -> R<Ctx> {
         .collect();
     let sim = Sim::start_with(&opts.sim, &all, &[]);
     let node = node_in(&sim, &ext4.dir.join("ports"));
+    let ours_conf = stdin_conf(&dir.0, &node, "contrail-k8s-cni")?;
     let mut thick_node = node_in(&sim, &ext4.dir.join("thick-ports"));
     thick_node.set("mode", json!("thick"));
     // ptp + static doing what contrail-k8s-cni does for one attachment: a veth pair with the
@@ -401,7 +407,7 @@ fn setup(opts: Opts) -> R<Ctx> {
                         "routes": [{"dst": "0.0.0.0/0", "gw": POD_GW}]}}),
     )?;
     let version_conf = write_json(dir.0.join("version.json"), &json!({"cniVersion": "1.0.0"}))?;
-    let mut cx = Ctx {
+    Ok(Ctx {
         opts,
         sizes,
         ext4,
@@ -410,7 +416,7 @@ fn setup(opts: Opts) -> R<Ctx> {
         node,
         thick_node,
         empty,
-        ours_conf: PathBuf::new(),
+        ours_conf,
         ptp_conf,
         version_conf,
         bench_pod,
@@ -419,9 +425,7 @@ fn setup(opts: Opts) -> R<Ctx> {
         ready_pods,
         node_pods,
         load_start,
-    };
-    cx.ours_conf = cx.stdin("contrail-k8s-cni")?;
-    Ok(cx)
+    })
 }
 
 // ------------------------------------------------------------------------------ main

@@ -7,13 +7,11 @@ use crate::{
 
 use crate::{measure::*, report::*, stats::*};
 use contrail_k8s_cni::netlink::{self, Route, Socket, VethEnd};
-use contrail_testkit::{Netns, PodSpec, try_sh};
+use contrail_testkit::{Netns, PodSpec, exchange, try_sh};
 use ipnetwork::IpNetwork;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -324,20 +322,20 @@ pub(crate) fn raw_netlink(ns: &Netns, verify: bool) -> R<RawTimes> {
 fn agent_requests_of_an_add(cx: &Ctx, verify: bool) -> R<f64> {
     let pod = &cx.bench_pod;
     let vmi = &pod.vmis[0];
-    let connect = || -> R<TcpStream> {
-        let conn = TcpStream::connect(("127.0.0.1", cx.sim.port))
-            .map_err(|e| format!("floor: connecting to the simulator: {e}"))?;
-        conn.set_nodelay(true).map_err(|e| e.to_string())?;
-        Ok(conn)
+    let json = |(status, body): (String, String)| -> R<Value> {
+        if status != "HTTP/1.1 200 OK" {
+            return Err(format!("floor: the simulator answered {status}"));
+        }
+        serde_json::from_str(&body).map_err(|e| format!("floor: {e}"))
     };
     let t = Instant::now();
-    let mut conn = connect()?;
-    let cfg = exchange(
+    let mut conn = cx.sim.connect();
+    let cfg = json(exchange(
         &mut conn,
         "GET",
         &format!("/vm-cfg/{}", pod.vm_name()),
         None,
-    )?;
+    ))?;
     let vn = cfg
         .as_array()
         .and_then(|a| a.iter().find(|v| v["id"] == vmi.uuid.as_str()))
@@ -346,71 +344,25 @@ fn agent_requests_of_an_add(cx: &Ctx, verify: bool) -> R<f64> {
     let port = serde_json::json!({"vm-id": "floor", "vm-uuid": pod.uuid, "vm-name": pod.vm_name(),
         "host-ifname": "rawveth0", "vm-ifname": "eth0", "vm-namespace": "/run/netns/floor",
         "vn-uuid": vn, "vmi-uuid": vmi.uuid});
-    exchange(&mut conn, "POST", "/vm", Some(&port.to_string()))?;
-    let ip = exchange(
+    json(exchange(&mut conn, "POST", "/vm", Some(&port)))?;
+    let ip = json(exchange(
         &mut conn,
         "GET",
         &format!("/vm/{}/{}", pod.uuid, vmi.uuid),
         None,
-    )?;
+    ))?;
     drop(conn);
     let took = ms(t.elapsed());
     if verify && ip[0]["ip-address"] != POD_ADDR {
         return Err(format!("floor: unexpected IP configuration {ip}"));
     }
-    exchange(
-        &mut connect()?,
+    json(exchange(
+        &mut cx.sim.connect(),
         "DELETE",
         &format!("/vm/{}", pod.uuid),
         None,
-    )?;
+    ))?;
     Ok(took)
-}
-
-/// One HTTP/1.1 request on a kept-alive connection and its JSON answer, which must be a 200
-/// with a Content-Length (the agent's framing).
-fn exchange(conn: &mut TcpStream, method: &str, path: &str, body: Option<&str>) -> R<Value> {
-    let body = body.unwrap_or("");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let what = |e: std::io::Error| format!("floor: {method} {path}: {e}");
-    conn.write_all(request.as_bytes()).map_err(what)?;
-    let mut buf = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = conn.read(&mut chunk).map_err(what)?;
-        if n == 0 {
-            return Err(format!("floor: {method} {path}: connection closed"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    if !head.starts_with("http/1.1 200 ") {
-        return Err(format!(
-            "floor: {method} {path}: {}",
-            head.lines().next().unwrap_or("")
-        ));
-    }
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| format!("floor: {method} {path}: no Content-Length"))?;
-    while buf.len() < head_end + length {
-        let n = conn.read(&mut chunk).map_err(what)?;
-        if n == 0 {
-            return Err(format!("floor: {method} {path}: connection closed"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    serde_json::from_slice(&buf[head_end..head_end + length])
-        .map_err(|e| format!("floor: {method} {path}: {e}"))
 }
 
 /// What a single-interface ADD must leave: eth0 with the pod address, a default route.

@@ -40,7 +40,7 @@ impl Report {
     /// How far the median lag of these samples may stray from the floor by chance: the
     /// standard error of the median of n phases uniform over a poll period, P / (2 sqrt n).
     pub(crate) fn ready_noise(&self) -> f64 {
-        2.0 * poll_half() / (2.0 * (self.ready.lag.n.max(1) as f64).sqrt())
+        poll_half() / (self.ready.lag.n.max(1) as f64).sqrt()
     }
 
     /// Agent requests of one ADD and of one DEL with the agent answering at once (medians).

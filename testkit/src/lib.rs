@@ -6,7 +6,8 @@
 // `new()` makes a namespace, a directory or a process: an effect, not a default value.
 #![allow(clippy::new_without_default)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -396,6 +397,44 @@ impl PodSpec {
     }
 }
 
+/// One raw HTTP/1.1 exchange on a kept-alive connection ([`Sim::connect`]): (status line, body).
+/// Raw on purpose: the status line and the framing are part of the agent's contract, and the
+/// agent sends no Connection header (its sessions stay open).
+pub fn exchange(
+    conn: &mut BufReader<TcpStream>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (String, String) {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.get_mut().write_all(request.as_bytes()).unwrap();
+    let mut status = String::new();
+    conn.read_line(&mut status).unwrap();
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        conn.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':').unwrap();
+        assert!(
+            !name.eq_ignore_ascii_case("connection"),
+            "the agent sends no Connection header: {line}"
+        );
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    conn.read_exact(&mut body).unwrap();
+    (status.trim().to_string(), String::from_utf8(body).unwrap())
+}
+
 /// The agent simulator on an ephemeral loopback port, killed on drop.
 pub struct Sim {
     child: Child,
@@ -481,6 +520,13 @@ impl Sim {
             bin: bin.to_path_buf(),
             _dir: dir,
         }
+    }
+
+    /// A raw HTTP connection to it, as the plugin opens one (`TCP_NODELAY`), for [`exchange`].
+    pub fn connect(&self) -> BufReader<TcpStream> {
+        let conn = TcpStream::connect((self.ip.as_str(), self.port)).unwrap();
+        conn.set_nodelay(true).unwrap();
+        BufReader::new(conn)
     }
 
     /// One GET; the answer's JSON body.
