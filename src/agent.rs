@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::budget::{Budget, Class, NoTurn};
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
 use crate::http;
@@ -47,10 +48,30 @@ const MAX_BODY: usize = 1 << 20;
 
 /// Time this process spent in [`Agent::poll`]: one CNI call per process, so it is the call's.
 static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+/// Requests this process sent to the agent, and the time it waited for their turns in the
+/// node's budget.
+static SENT: AtomicU64 = AtomicU64::new(0);
+static TURNS_NS: AtomicU64 = AtomicU64::new(0);
 
 /// How long this call has waited for the agent: its requests and the pauses between polls.
 pub fn waited() -> Duration {
     Duration::from_nanos(WAITED_NS.load(Ordering::Relaxed))
+}
+
+/// How many requests this call sent to the agent, and how long it waited for their turns in
+/// the node's request budget.
+pub fn sent() -> (u64, Duration) {
+    (
+        SENT.load(Ordering::Relaxed),
+        Duration::from_nanos(TURNS_NS.load(Ordering::Relaxed)),
+    )
+}
+
+fn add_ns(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
 }
 
 pub struct Agent {
@@ -67,6 +88,9 @@ pub struct Agent {
     stop: Option<Box<dyn Fn() -> bool>>,
     /// Whether this node registers its ports (see [`crate::config::VifType::registers`]).
     registers: bool,
+    /// The node's request budget, shared with every other call on the node.
+    budget: Budget,
+    rate: u32,
 }
 
 /// One poll's outcome: the answer, or why it is not there yet.
@@ -93,6 +117,8 @@ impl Agent {
             deadline: start + conf.poll_budget(),
             stop: None,
             registers: conf.vif_type.registers(),
+            budget: Budget::new(&conf.config_dir, conf.agent_rate),
+            rate: conf.agent_rate,
         }
     }
 
@@ -122,9 +148,36 @@ impl Agent {
         }
     }
 
-    /// One request; `Ok(None)` on 404. Transport failures and other statuses are errors naming
-    /// the agent and the request; only the status code counts (the agent's status lines all
-    /// read "OK" and its error bodies carry nothing a client needs).
+    /// Waits for the turn of a request in the node's budget (see [`crate::budget`]): requests
+    /// that change registrations go before looks. The time left for the request itself after
+    /// the wait: within the call's deadline, as the request's own timeout allows.
+    fn turn(&self, method: Method, path: &str, timeout: Duration) -> Result<Duration> {
+        let class = match method {
+            Method::Get => Class::Poll,
+            Method::Post | Method::Delete => Class::Urgent,
+        };
+        let stop = || self.stop.as_ref().is_some_and(|stop| stop());
+        let request = || format!("{} {path}", method.as_str());
+        match self.budget.turn(class, self.deadline, &stop) {
+            Ok(waited) => {
+                SENT.fetch_add(1, Ordering::Relaxed);
+                add_ns(&TURNS_NS, waited);
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                Ok(timeout.min(left).max(self.poll_timeout.min(MIN_ATTEMPT)))
+            }
+            Err(NoTurn::Stopped) => Err(Error::Abandoned { what: request() }),
+            Err(NoTurn::Exhausted { ahead }) => Err(Error::NoTurn {
+                request: request(),
+                rate: self.rate,
+                ahead,
+                waited: self.start.elapsed(),
+            }),
+        }
+    }
+
+    /// One request, in its turn; `Ok(None)` on 404. Transport failures and other statuses are
+    /// errors naming the agent and the request; only the status code counts (the agent's status
+    /// lines all read "OK" and its error bodies carry nothing a client needs).
     fn request(
         &self,
         method: Method,
@@ -133,6 +186,7 @@ impl Agent {
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>> {
         let body = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
+        let timeout = self.turn(method, path, timeout)?;
         let answer = self
             .http
             .send(method.as_str(), path, body.as_deref(), timeout)
@@ -154,8 +208,7 @@ impl Agent {
     ) -> Result<T> {
         let started = Instant::now();
         let result = self.poll_until_deadline(what, attempt);
-        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        WAITED_NS.fetch_add(nanos, Ordering::Relaxed);
+        add_ns(&WAITED_NS, started.elapsed());
         result
     }
 
@@ -342,11 +395,13 @@ impl Agent {
     /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an
     /// unknown VM name gets). Code 50 when it does not.
     pub fn reachable(&self) -> Result<()> {
-        let t = self.poll_timeout.min(Duration::from_secs(2));
-        match self
-            .http
-            .send("GET", "/vm-cfg/contrail-k8s-cni-status", None, t)
-        {
+        let path = "/vm-cfg/contrail-k8s-cni-status";
+        let t = self.turn(
+            Method::Get,
+            path,
+            self.poll_timeout.min(Duration::from_secs(2)),
+        )?;
+        match self.http.send("GET", path, None, t) {
             Ok(_) => Ok(()),
             Err(why) => Err(Error::Unavailable {
                 agent: self.base.clone(),

@@ -32,6 +32,15 @@ const DEFAULT_NETWORK_NAMES: [&str; 2] = ["", "contrail-k8s-cni"];
 /// minutes the runtime has given up on the call anyway, and a waiting call holds its pod's lock
 /// files and the agent's attention.
 pub(crate) const MAX_BUDGET: Duration = Duration::from_secs(300);
+/// The node's request budget to the agent, requests a second (`agent-requests-per-second`).
+/// Each request holds the agent's DB for about 0.25 ms (README, "Polling and the node's request
+/// budget"): 200 a second is 5% of its time, leaving the rest to the config work the waiting
+/// calls wait for, and still a poll every 0.55 s for each of 110 waiting calls.
+pub const DEFAULT_AGENT_RATE: u32 = 200;
+/// A quarter of the agent's time at 0.25 ms a request: beyond, the budget no longer protects it.
+pub const MAX_AGENT_RATE: u32 = 1000;
+/// Below, a busy node's calls would wait for turns longer than their deadlines.
+pub const MIN_AGENT_RATE: u32 = 10;
 /// The node-wide file is a few hundred bytes; anything larger is not one.
 const MAX_NODE_FILE: u64 = 1 << 20;
 
@@ -45,9 +54,10 @@ pub enum Scope {
 }
 
 /// Every key of the `contrail` section and who may set it (the README's tables follow this).
-pub const KEYS: [(&str, Scope); 14] = [
+pub const KEYS: [(&str, Scope); 15] = [
     ("vrouter-ip", Scope::Node),
     ("vrouter-port", Scope::Node),
+    ("agent-requests-per-second", Scope::Node),
     ("config-dir", Scope::Node),
     ("poll-timeout", Scope::Node),
     ("poll-retries", Scope::Node),
@@ -77,6 +87,9 @@ pub enum Mode {
 pub struct Contrail {
     pub vrouter_ip: IpAddr,
     pub vrouter_port: u16,
+    /// The node's request budget to the agent: all calls on the node together send at most
+    /// this many requests a second (see [`crate::budget`]).
+    pub agent_rate: u32,
     pub config_dir: PathBuf,
     /// Each request's timeout, and the unit of the total wait.
     pub poll_timeout: Duration,
@@ -108,6 +121,7 @@ impl Default for Contrail {
         Contrail {
             vrouter_ip: IpAddr::from([127, 0, 0, 1]),
             vrouter_port: 9091,
+            agent_rate: DEFAULT_AGENT_RATE,
             config_dir: PathBuf::from("/var/lib/contrail/ports/vm"),
             poll_timeout: Duration::from_secs(3),
             poll_retries: 20,
@@ -132,6 +146,7 @@ impl Contrail {
         take!(
             vrouter_ip,
             vrouter_port,
+            agent_rate,
             config_dir,
             poll_timeout,
             poll_retries,
@@ -155,6 +170,10 @@ impl Contrail {
         let keys = [
             ("vrouter-ip", differs(&s.vrouter_ip, &self.vrouter_ip)),
             ("vrouter-port", differs(&s.vrouter_port, &self.vrouter_port)),
+            (
+                "agent-requests-per-second",
+                differs(&s.agent_rate, &self.agent_rate),
+            ),
             ("config-dir", differs(&s.config_dir, &self.config_dir)),
             ("poll-timeout", differs(&s.poll_timeout, &self.poll_timeout)),
             ("poll-retries", differs(&s.poll_retries, &self.poll_retries)),
@@ -344,6 +363,7 @@ impl<'de> Deserialize<'de> for Scalar {
 struct Raw {
     vrouter_ip: Option<String>,
     vrouter_port: Option<Scalar>,
+    agent_requests_per_second: Option<Scalar>,
     config_dir: Option<String>,
     poll_timeout: Option<Scalar>,
     poll_retries: Option<Scalar>,
@@ -366,6 +386,7 @@ struct Raw {
 struct Settings {
     vrouter_ip: Option<IpAddr>,
     vrouter_port: Option<u16>,
+    agent_rate: Option<u32>,
     config_dir: Option<PathBuf>,
     poll_timeout: Option<Duration>,
     poll_retries: Option<u32>,
@@ -401,6 +422,12 @@ impl Settings {
             vrouter_port: raw
                 .vrouter_port
                 .map(|v| key("vrouter-port").integer(&v, 1, 65535).map(|p| p as u16))
+                .transpose()?,
+            agent_rate: raw
+                .agent_requests_per_second
+                .map(|v| {
+                    key("agent-requests-per-second").integer(&v, MIN_AGENT_RATE, MAX_AGENT_RATE)
+                })
                 .transpose()?,
             config_dir: path("config-dir", raw.config_dir, false)?.flatten(),
             poll_timeout: raw
@@ -827,6 +854,12 @@ mod tests {
                 json!("10.0.0.9"),
             ),
             ("vrouter-port", json!(9091), json!("9091"), json!(9999)),
+            (
+                "agent-requests-per-second",
+                json!(200),
+                json!("200"),
+                json!(1000),
+            ),
             (
                 "config-dir",
                 json!("/var/lib/x"),

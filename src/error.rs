@@ -261,6 +261,15 @@ pub enum Error {
         what: String,
         last: String,
     },
+    /// The node's request budget has no turn for this call before its deadline: the agent is
+    /// busy with the node's other calls.
+    #[error("gave up after {:.1}s: no turn for {request} in the node's request budget to the agent ({rate} requests a second, contrail.agent-requests-per-second) before this call's deadline (poll-timeout x poll-retries); the next free turn is {:.1}s away: the node's other calls are waiting for the agent too", waited.as_secs_f64(), ahead.as_secs_f64())]
+    NoTurn {
+        request: String,
+        rate: u32,
+        ahead: Duration,
+        waited: Duration,
+    },
     /// A DEL of the attachment came while this ADD waited for the agent: the ADD stops.
     #[error("stopped waiting for {what}: a DEL of this attachment came while it was being added")]
     Abandoned { what: String },
@@ -403,7 +412,9 @@ impl Error {
                 fault: AgentFault::Refused(_),
                 ..
             } => code::DECODE,
-            Error::Agent { .. } | Error::TimedOut { .. } => code::TRY_AGAIN_LATER,
+            Error::Agent { .. } | Error::TimedOut { .. } | Error::NoTurn { .. } => {
+                code::TRY_AGAIN_LATER
+            }
             Error::Unavailable { .. } => code::NOT_AVAILABLE,
             Error::Internal => code::INTERNAL,
             Error::NoVmi { .. } => code::NO_VMI,

@@ -8,6 +8,7 @@
 
 mod add;
 mod agent;
+mod budget;
 mod call;
 mod check;
 pub mod cli;
@@ -181,11 +182,14 @@ pub fn run(
         Err(e) => log::error!("{line}: failed in {ms:.1} ms: {e}"),
     }
     if let Some(path) = &contrail.metrics_file {
+        let (requests, budget_wait) = agent::sent();
         let call = metrics::Call {
             command,
             code: result.as_ref().err().map_or(0, Error::code),
             took: started.elapsed(),
             agent_wait: agent::waited(),
+            requests,
+            budget_wait,
         };
         if let Err(e) = metrics::record(path, &call) {
             log::warn!("updating metrics file {}: {e}", path.display());

@@ -22,6 +22,8 @@ const BUCKETS: [f64; 14] = [
 const CALLS: &str = "contrail_cni_calls_total";
 const DURATION: &str = "contrail_cni_call_duration_seconds";
 const AGENT_WAIT: &str = "contrail_cni_agent_wait_seconds";
+const REQUESTS: &str = "contrail_cni_agent_requests_total";
+const TURN_WAIT: &str = "contrail_cni_budget_wait_seconds";
 const LAST_FAILURE: &str = "contrail_cni_last_failure_timestamp_seconds";
 
 /// One finished call.
@@ -33,6 +35,10 @@ pub struct Call<'a> {
     pub took: Duration,
     /// Time spent on requests to the agent and the pauses between them.
     pub agent_wait: Duration,
+    /// Requests sent to the agent.
+    pub requests: u64,
+    /// Time spent waiting for their turns in the node's request budget (part of `agent_wait`).
+    pub budget_wait: Duration,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -64,6 +70,8 @@ struct Metrics {
     calls: BTreeMap<(String, u32), u64>,
     duration: BTreeMap<String, Histogram>,
     agent_wait: BTreeMap<String, Histogram>,
+    requests: BTreeMap<String, u64>,
+    budget_wait: BTreeMap<String, Histogram>,
     last_failure: Option<f64>,
 }
 
@@ -79,9 +87,14 @@ impl Metrics {
             .or_default()
             .observe(call.took);
         self.agent_wait
-            .entry(cmd)
+            .entry(cmd.clone())
             .or_default()
             .observe(call.agent_wait);
+        *self.requests.entry(cmd.clone()).or_default() += call.requests;
+        self.budget_wait
+            .entry(cmd)
+            .or_default()
+            .observe(call.budget_wait);
         if call.code != 0 {
             self.last_failure = Some(now);
         }
@@ -97,6 +110,14 @@ impl Metrics {
         for ((command, code), n) in &self.calls {
             let _ = writeln!(out, "{CALLS}{{command=\"{command}\",code=\"{code}\"}} {n}");
         }
+        let _ = writeln!(
+            out,
+            "# HELP {REQUESTS} Requests CNI calls sent to the vRouter agent, by command.\n\
+             # TYPE {REQUESTS} counter"
+        );
+        for (command, n) in &self.requests {
+            let _ = writeln!(out, "{REQUESTS}{{command=\"{command}\"}} {n}");
+        }
         let histograms = [
             (
                 DURATION,
@@ -107,6 +128,11 @@ impl Metrics {
                 AGENT_WAIT,
                 "Time CNI calls spent on the vRouter agent (requests and the pauses between polls).",
                 &self.agent_wait,
+            ),
+            (
+                TURN_WAIT,
+                "Time CNI calls waited for turns in the node's request budget to the agent.",
+                &self.budget_wait,
             ),
         ];
         for (name, help, by_command) in histograms {
@@ -151,6 +177,9 @@ impl Metrics {
             if name == CALLS {
                 let key = (label("command")?.to_string(), label("code")?.parse().ok()?);
                 m.calls.insert(key, value.parse().ok()?);
+            } else if name == REQUESTS {
+                m.requests
+                    .insert(label("command")?.to_string(), value.parse().ok()?);
             } else if name == LAST_FAILURE {
                 m.last_failure = Some(value.parse().ok()?);
             } else {
@@ -158,6 +187,7 @@ impl Metrics {
                 let by_command = match family {
                     DURATION => &mut m.duration,
                     AGENT_WAIT => &mut m.agent_wait,
+                    TURN_WAIT => &mut m.budget_wait,
                     _ => return None,
                 };
                 let h = by_command.entry(label("command")?.to_string()).or_default();
@@ -244,6 +274,8 @@ mod tests {
             code,
             took: Duration::from_millis(ms),
             agent_wait: Duration::from_millis(ms / 2),
+            requests: 3,
+            budget_wait: Duration::from_millis(ms / 4),
         }
     }
 
@@ -283,6 +315,12 @@ mod tests {
         ));
         assert!(text.contains("contrail_cni_call_duration_seconds_count{command=\"ADD\"} 3\n"));
         assert!(text.contains("contrail_cni_last_failure_timestamp_seconds 3.000\n"));
+        assert!(text.contains("contrail_cni_agent_requests_total{command=\"ADD\"} 9\n"));
+        assert!(
+            text.contains(
+                "contrail_cni_budget_wait_seconds_bucket{command=\"ADD\",le=\"0.001\"} 2\n"
+            )
+        );
     }
 
     #[test]

@@ -190,6 +190,20 @@ pub struct Netns {
     path: PathBuf,
 }
 
+/// Whether the network namespace at `path` (a sandbox's, as its runtime gave it) is provably
+/// gone: its path no longer exists while the directory that held it does (the runtime's
+/// `/run/netns`, mounted from the host). A `/proc/<pid>` path proves nothing from another PID
+/// namespace, and a directory this process cannot see proves nothing either.
+pub(crate) fn netns_gone(path: &str) -> bool {
+    let p = Path::new(path);
+    if !p.is_absolute() || p.starts_with("/proc") {
+        return false;
+    }
+    let parent_there = p.parent().is_some_and(Path::is_dir);
+    parent_there
+        && matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
 impl Netns {
     /// The plain `io::Error` is kept so that callers can tell a netns that is already gone
     /// (`NotFound`, fine for CNI DEL) from other failures. Refused here, before anything is

@@ -2,8 +2,6 @@
 //! whether ADD can work), and the sweep that does GC's work where no runtime asks for it.
 
 use std::collections::HashSet;
-use std::io;
-use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
@@ -44,22 +42,8 @@ pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
         .as_secs_f64();
     release_where(conf, "sweep", |r| {
         let age = r.time.parse::<f64>().map_or(0.0, |t| now - t);
-        age >= grace.as_secs_f64() && netns_gone(&r.netns)
+        age >= grace.as_secs_f64() && crate::netlink::netns_gone(&r.netns)
     })
-}
-
-/// Whether a network namespace is provably gone: its path no longer exists while the directory
-/// that held it does (the runtime's `/run/netns`, mounted from the host). A `/proc/<pid>` path
-/// proves nothing from another PID namespace, and a directory this process cannot see proves
-/// nothing either.
-fn netns_gone(path: &str) -> bool {
-    let p = Path::new(path);
-    if !p.is_absolute() || p.starts_with("/proc") {
-        return false;
-    }
-    let parent_there = p.parent().is_some_and(Path::is_dir);
-    parent_there
-        && matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
 }
 
 /// Finishes what is pending in every pod and removes what killed calls left, then releases the

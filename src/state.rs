@@ -413,7 +413,7 @@ impl StateDir {
         let mut strays: Vec<String> = entries(&self.fd)?
             .into_iter()
             .map(|(name, _)| name)
-            .filter(|name| name != LOCKS && !pods.contains(name))
+            .filter(|name| name != LOCKS && name != crate::budget::FILE && !pods.contains(name))
             .collect();
         if let Some(locks) = self.locks_dir()? {
             let files = lock_files(&locks)?;

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use crate::agent::Agent;
 use crate::error::{Error, Result};
 use crate::links::Links;
-use crate::state::{PodDir, PodFiles, Record, StateDir, Then};
+use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
 /// agent did not answer it), and reads what the pod's directory then holds.
@@ -188,13 +188,36 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
         return;
     }
-    let vms: BTreeSet<&str> = files
+    let vms: BTreeSet<String> = files
         .pending
         .iter()
-        .filter_map(|p| p.record.as_ref().map(|r| r.vm_uuid.as_str()))
-        .chain(files.legacy_resync.as_deref())
+        .filter_map(|p| p.record.as_ref().map(|r| r.vm_uuid.clone()))
+        .chain(files.legacy_resync.clone())
         .collect();
-    let mut ports: Vec<serde_json::Value> = files.records.iter().map(Record::port).collect();
+    // The attachments of a sandbox that is provably gone are not registered again: their
+    // interfaces went with its network namespace, and its DELs (or GC, the sweep) will come.
+    // They become reservations, pending with the rest, so that those DELs ask the agent
+    // nothing: a pod whose namespace is gone costs one request to tear down, not N(N+1)/2.
+    let mut pending = files.pending;
+    let mut live = Vec::new();
+    for r in files.records {
+        if !crate::netlink::netns_gone(&r.netns) {
+            live.push(r);
+            continue;
+        }
+        match pod.mark_released(&r.vmi_uuid, Then::Reserved) {
+            Ok(()) => pending.push(Pending {
+                vmi_uuid: r.vmi_uuid.clone(),
+                then: Then::Reserved,
+                record: Some(r),
+            }),
+            Err(e) => {
+                log::warn!("pod {}: reserving VMI {}: {e}", pod.name(), r.vmi_uuid);
+                live.push(r);
+            }
+        }
+    }
+    let mut ports: Vec<serde_json::Value> = live.iter().map(Record::port).collect();
     // A future version's file that is still a port stays registered.
     ports.extend(files.unreadable.into_iter().filter_map(|u| u.port));
     for vm in &vms {
@@ -211,7 +234,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
             return;
         }
     }
-    for p in &files.pending {
+    for p in &pending {
         if p.record.is_none() {
             log::warn!(
                 "pod {}: pending file of VMI {} cannot be read (a power loss?): dropping it",

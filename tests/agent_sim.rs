@@ -367,3 +367,95 @@ fn a_registration_of_a_nested_vmi_breaks_it_and_is_recorded() {
         json!({"request": format!("DELETE /vm/{}", pod.uuid)})
     );
 }
+
+// ---------------------------------------------------------------- the agent under load
+
+/// The agent's DB per second, and each VMI's config work (`GET /sim/load`).
+fn load(sim: &Sim) -> Value {
+    call(sim, "GET", "/sim/load", None).1
+}
+
+#[test]
+fn with_exclusion_requests_hold_the_db_one_after_the_other() {
+    // Each REST request runs as a task the agent's DB tasks exclude: five requests at once
+    // take five turns, and are answered at the end of their own.
+    let pod = two_vmi_pod();
+    let sim = Sim::start(&[&pod], &["--exclusion", "--request-db-us", "20000"]);
+    let path = format!("/vm-cfg/{}", pod.vm_name());
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..5 {
+            s.spawn(|| assert_eq!(call(&sim, "GET", &path, None).0, 200));
+        }
+    });
+    // Five turns of 20 ms in a row: the last answer cannot come before 100 ms.
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    let load = load(&sim);
+    assert_eq!(load["request-us"], 20000);
+    let second = &load["seconds"][0];
+    assert_eq!(second["db-requests-ms"], 100.0, "{load}");
+    assert_eq!(second["requests"]["GET /vm-cfg/<vm-name> 200"], 5, "{load}");
+    // The last of the five waited for the four before it (minus its later arrival).
+    assert!(second["queue-peak-ms"].as_f64().unwrap() > 20.0, "{load}");
+}
+
+#[test]
+fn more_polling_delays_the_ip_configuration() {
+    // A VMI's IP configuration needs DB work after its controller delay; requests queued ahead
+    // of that work delay it. The same pod alone, then with clients polling without a pause.
+    let delay_ms = 100;
+    let ready_after = |pollers: usize| -> (u64, Value) {
+        let pod = PodSpec::new(vec![
+            VmiSpec::new("default", 1).with("ip-delay-ms", json!(delay_ms)),
+        ]);
+        let args = [
+            "--exclusion",
+            "--request-db-us",
+            "2000",
+            "--vmi-db-us",
+            "2000",
+        ];
+        let sim = Sim::start(&[&pod], &args);
+        call(
+            &sim,
+            "POST",
+            "/vm",
+            Some(&port(&sim, &pod, 0, "tapdddddddddddd")),
+        );
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..pollers {
+                s.spawn(|| {
+                    let mut conn = sim.connect();
+                    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                        exchange(&mut conn, "GET", &ip_path(&pod, 0), None);
+                    }
+                });
+            }
+            wait_for("the IP configuration", Duration::from_secs(10), || {
+                call(&sim, "GET", &ip_path(&pod, 0), None).0 == 200
+            });
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let ports = call(&sim, "GET", "/sim/ports", None).1;
+        let ns = |k: &str| ports[0][k].as_u64().unwrap();
+        (
+            ns("sim-ip-ready-ns") - ns("sim-registered-ns"),
+            load(&sim)["work"][0].clone(),
+        )
+    };
+    let ms = 1_000_000;
+    let (alone, work) = ready_after(0);
+    // Alone: the controller's delay, then its own 2 ms of DB work, queued behind nothing.
+    assert_eq!(alone, (delay_ms + 2) * ms, "{work}");
+    assert_eq!(
+        (work["queued-ms"].clone(), work["by-requests-ms"].clone()),
+        (json!(0.0), json!(0.0))
+    );
+    let (busy, work) = ready_after(16);
+    // Busy: the work queued behind the polls that came first, and all of that is theirs.
+    let queued = work["queued-ms"].as_f64().unwrap();
+    assert!(queued > 0.0, "{work}");
+    assert_eq!(work["by-requests-ms"], work["queued-ms"], "{work}");
+    assert_eq!(busy, alone + (queued * 1e6).round() as u64, "{work}");
+}

@@ -317,10 +317,16 @@ impl FullDisk {
         FullDisk { dir, fill }
     }
 
-    /// What the file system holds besides the filler, the state root and its locks.
+    /// What the file system holds besides the filler, the state root, its locks and the
+    /// node's request budget.
     fn entries(&self, state: &Path) -> Vec<String> {
         let out = sh("find", &[self.dir.0.to_str().unwrap(), "-mindepth", "1"]);
-        let allowed = [self.fill.clone(), state.to_path_buf(), state.join(".locks")];
+        let allowed = [
+            self.fill.clone(),
+            state.to_path_buf(),
+            state.join(".locks"),
+            state.join(".budget"),
+        ];
         out.lines()
             .filter(|l| !allowed.iter().any(|a| Path::new(l) == a))
             .map(String::from)

@@ -136,8 +136,8 @@ impl Node2 {
 }
 
 /// Each node-scoped key with a value that would take the plugin somewhere else than the node
-/// says: another agent, another state directory, the victim's files, a budget of hours, a
-/// log nobody reads.
+/// says: another agent, another state directory, the victim's files, a budget of hours, the
+/// node's whole request budget to the agent for itself, a log nobody reads.
 fn overrides(n: &Node2) -> Vec<(&'static str, Value)> {
     let victim = |name: &str| json!(n.victim.0.join(name).to_str().unwrap());
     let b_state = n
@@ -148,6 +148,7 @@ fn overrides(n: &Node2) -> Vec<(&'static str, Value)> {
     vec![
         ("vrouter-ip", json!(n.endpoint.ip)),
         ("vrouter-port", json!(n.endpoint.port)),
+        ("agent-requests-per-second", json!(1000)),
         ("config-dir", victim("state")),
         ("log-file", victim("evil.log")),
         ("log-file", json!("")),

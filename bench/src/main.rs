@@ -46,6 +46,7 @@ mod phases;
 mod plot;
 mod report;
 mod stats;
+mod storm;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -95,6 +96,9 @@ struct Opts {
     /// The same built with `--features thick`.
     #[arg(long = "thick-plugin", value_name = "BIN")]
     thick: PathBuf,
+    /// The previous build, with its fixed 21 ms poll period (section 9's middle policy).
+    #[arg(long = "previous-plugin", value_name = "BIN")]
+    previous: PathBuf,
     /// The agent simulator.
     #[arg(long, value_name = "BIN")]
     sim: PathBuf,
@@ -118,7 +122,7 @@ struct Opts {
 
 impl Opts {
     fn check(&self) -> R<()> {
-        for p in [&self.plugin, &self.thick, &self.sim] {
+        for p in [&self.plugin, &self.thick, &self.previous, &self.sim] {
             if !p.exists() {
                 return Err(format!(
                     "{} does not exist (scripts/bench builds it)",
@@ -148,6 +152,9 @@ struct Sizes {
     disk_runs: usize,
     /// Pods of the full node, one round each.
     node_sizes: Vec<usize>,
+    /// Pods of section 9's storm, and the quiet node's samples.
+    storm_pods: usize,
+    quiet: usize,
 }
 
 impl Sizes {
@@ -164,6 +171,8 @@ impl Sizes {
                 rss_runs: 3,
                 disk_runs: 10,
                 node_sizes: vec![1, 4, 8],
+                storm_pods: 8,
+                quiet: 4,
             }
         } else {
             Sizes {
@@ -177,6 +186,8 @@ impl Sizes {
                 rss_runs: 20,
                 disk_runs: 100,
                 node_sizes: vec![1, 10, 50, 110],
+                storm_pods: 110,
+                quiet: 40,
             }
         }
     }
@@ -306,6 +317,7 @@ struct Ctx {
     parallel_pods: Vec<PodSpec>,
     ready_pods: Vec<PodSpec>,
     node_pods: Vec<PodSpec>,
+    storm_pods: Vec<PodSpec>,
     load_start: String,
 }
 
@@ -386,6 +398,7 @@ fn setup(opts: Opts) -> R<Ctx> {
     let mut node_rng = Rng(0x2545_f491_4f6c_dd1d);
     let node_max = sizes.node_sizes.iter().copied().max().unwrap_or(0);
     let node_pods: Vec<PodSpec> = (0..node_max).map(|i| node_pod(i, &mut node_rng)).collect();
+    let storm_pods = storm::storm_pods(sizes.storm_pods, &mut Rng(0x5851_f42d_4c95_7f2d));
     let all: Vec<&PodSpec> = std::iter::once(&bench_pod)
         .chain(&thick_pods)
         .chain(&parallel_pods)
@@ -424,8 +437,37 @@ fn setup(opts: Opts) -> R<Ctx> {
         parallel_pods,
         ready_pods,
         node_pods,
+        storm_pods,
         load_start,
     })
+}
+
+/// Section 9: the storm and the quiet node under each polling policy, in one run.
+fn node_under_load(cx: &Ctx) -> R<(Vec<storm::Storm>, Vec<storm::Quiet>)> {
+    use storm::Policy;
+    let policies = [
+        Policy::Plugin("this build: the node's request budget", &cx.opts.plugin),
+        Policy::Plugin(
+            "previous build: a poll every 21 ms per call",
+            &cx.opts.previous,
+        ),
+        Policy::Legacy,
+    ];
+    let nss: Vec<Netns> = cx.storm_pods.iter().map(|_| Netns::new()).collect();
+    let mut storms = Vec::new();
+    let mut quiets = Vec::new();
+    for policy in policies {
+        eprintln!(
+            "  storm: {} pods x {} attachments, {}",
+            cx.storm_pods.len(),
+            NODE_ATTACHMENTS.len(),
+            policy.name()
+        );
+        storms.push(storm::storm(cx, policy, &cx.storm_pods, &nss)?);
+        eprintln!("  quiet node: {}", policy.name());
+        quiets.push(storm::quiet(cx, policy, cx.sizes.quiet)?);
+    }
+    Ok((storms, quiets))
 }
 
 // ------------------------------------------------------------------------------ main
@@ -453,6 +495,8 @@ fn run(opts: Opts) -> R<()> {
     let node = full_node(&cx)?;
     eprintln!("bench: 8. readiness lag");
     let ready = readiness(&cx)?;
+    eprintln!("bench: 9. the node under load: three polling policies");
+    let (storms, quiets) = node_under_load(&cx)?;
     let sizes_kb = vec![
         ("contrail-k8s-cni".into(), kb(&cx.opts.plugin)),
         (
@@ -469,6 +513,8 @@ fn run(opts: Opts) -> R<()> {
         parallel,
         node,
         ready,
+        storms,
+        quiets,
         sizes_kb,
         warmup: cx.sizes.warmup,
         workers: cx.sizes.ready_workers,

@@ -7,7 +7,7 @@ use crate::{
 
 use crate::{measure::*, report::*, stats::*};
 use contrail_k8s_cni::netlink::{self, Route, Socket, VethEnd};
-use contrail_testkit::{Netns, PodSpec, exchange, try_sh};
+use contrail_testkit::{Netns, PodSpec, Sim, exchange, try_sh};
 use ipnetwork::IpNetwork;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -834,9 +834,9 @@ pub(crate) fn full_node(cx: &Ctx) -> R<Vec<NodeRound>> {
             .map(|(p, ns)| cx.env(&cx.node, "ADD", ns, &p.name))
             .collect();
         let add = wave(cx, pods, &sandboxes, "ADD", &confs)?;
-        let mut problems = check_attached(cx, pods, nss)?;
+        let mut problems = check_attached(&cx.sim, pods, nss)?;
         let del = wave(cx, pods, &sandboxes, "DEL", &confs)?;
-        problems.extend(check_nothing_left(cx, pods, nss, &state)?);
+        problems.extend(check_nothing_left(&cx.sim, pods, nss, &state)?);
         rounds.push(NodeRound {
             pods: n,
             add,
@@ -918,7 +918,7 @@ fn link_macs(ns: &Netns) -> R<BTreeMap<String, String>> {
 /// After the ADDs: every pod has exactly lo and its attachments' interfaces, each with the MAC
 /// of its own VMI (MACs are unique on the node, so no VMI serves two interfaces), and the
 /// agent has every VMI of these pods registered.
-fn check_attached(cx: &Ctx, pods: &[PodSpec], nss: &[Netns]) -> R<Vec<String>> {
+pub(crate) fn check_attached(sim: &Sim, pods: &[PodSpec], nss: &[Netns]) -> R<Vec<String>> {
     let mut problems = Vec::new();
     for (pod, ns) in pods.iter().zip(nss) {
         let mut got = link_macs(ns)?;
@@ -935,7 +935,7 @@ fn check_attached(cx: &Ctx, pods: &[PodSpec], nss: &[Netns]) -> R<Vec<String>> {
             ));
         }
     }
-    let registered = registered_vmis(cx);
+    let registered = registered_vmis(sim);
     let missing = pods
         .iter()
         .flat_map(|p| &p.vmis)
@@ -948,8 +948,8 @@ fn check_attached(cx: &Ctx, pods: &[PodSpec], nss: &[Netns]) -> R<Vec<String>> {
 }
 
 /// The VMIs the agent has registered.
-fn registered_vmis(cx: &Ctx) -> BTreeSet<String> {
-    let ports = cx.sim.get("/sim/ports");
+pub(crate) fn registered_vmis(sim: &Sim) -> BTreeSet<String> {
+    let ports = sim.get("/sim/ports");
     ports
         .as_array()
         .into_iter()
@@ -960,7 +960,12 @@ fn registered_vmis(cx: &Ctx) -> BTreeSet<String> {
 
 /// After the DELs: only lo in the pods and in the node (no host end left), nothing in the
 /// state directory but its (empty) lock directory, no VMI of these pods registered.
-fn check_nothing_left(cx: &Ctx, pods: &[PodSpec], nss: &[Netns], state: &Path) -> R<Vec<String>> {
+pub(crate) fn check_nothing_left(
+    sim: &Sim,
+    pods: &[PodSpec],
+    nss: &[Netns],
+    state: &Path,
+) -> R<Vec<String>> {
     let mut problems = Vec::new();
     let host: Vec<String> = fs::read_dir("/sys/class/net")
         .map_err(|e| format!("/sys/class/net: {e}"))?
@@ -979,11 +984,11 @@ fn check_nothing_left(cx: &Ctx, pods: &[PodSpec], nss: &[Netns], state: &Path) -
     }
     let mut left = Vec::new();
     files_under(state, &mut left);
-    left.retain(|p| p != &state.join(".locks"));
+    left.retain(|p| p != &state.join(".locks") && p != &state.join(".budget"));
     if !left.is_empty() {
         problems.push(format!("left in the state directory: {left:?}"));
     }
-    let registered = registered_vmis(cx);
+    let registered = registered_vmis(sim);
     let still = pods
         .iter()
         .flat_map(|p| &p.vmis)

@@ -5,6 +5,7 @@ pub(crate) struct Stats {
     pub(crate) n: usize,
     pub(crate) median: f64,
     pub(crate) p95: f64,
+    pub(crate) p99: f64,
     pub(crate) min: f64,
     pub(crate) max: f64,
 }
@@ -26,6 +27,7 @@ pub(crate) fn stats(v: &[f64]) -> Stats {
         n: s.len(),
         median,
         p95: rank(0.95),
+        p99: rank(0.99),
         min: s[0],
         max: s[s.len() - 1],
     }

@@ -817,8 +817,8 @@ impl Node {
         self.call("GC", "", "", "", "", &conf)
     }
 
-    /// Everything in the config dir besides the log file, the state root and its locks'
-    /// directory (the node's, like config-dir itself): whatever a call left behind.
+    /// Everything in the config dir besides the log file, the state root, its locks' directory
+    /// and the request budget (the node's, like config-dir itself): whatever a call left behind.
     pub fn leftovers(&self) -> Vec<String> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             for e in std::fs::read_dir(dir).into_iter().flatten() {
@@ -835,6 +835,8 @@ impl Node {
             self.config_dir.0.join("cni.log"),
             self.ports_dir(),
             self.ports_dir().join(".locks"),
+            // The node's request budget to the agent, shared by every call on the node.
+            self.ports_dir().join(".budget"),
         ];
         all.retain(|p| !allowed.contains(p));
         all.iter().map(|p| p.display().to_string()).collect()

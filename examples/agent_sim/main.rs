@@ -10,8 +10,15 @@
 //! /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for that registration (for the benchmark's
 //! readiness lag), `GET /sim/stats`, `{"requests": N}`, every request served so far but the
 //! `/sim/` ones, `GET /sim/requests`, the same by method, route and status
-//! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts), and
-//! `GET /sim/violations`, the requests a nested node must never send that it received.
+//! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts),
+//! `GET /sim/violations`, the requests a nested node must never send that it received,
+//! `GET /sim/load`, the agent's DB per second (see `db.rs`), and with `--log-requests`,
+//! `GET /sim/log`, every request with its arrival time.
+//!
+//! With `--exclusion` it models what requests cost the agent (`db.rs`): each holds the agent's
+//! DB for a while, and a VMI's IP configuration exists only once its own DB work, queued behind
+//! whatever came first, is done. Without it, an IP configuration exists from the end of its
+//! `ip-delay-ms`.
 //!
 //! A VMI with a `vlan-id` is a nested pod's (its node is a VM of this hypervisor's vRouter):
 //! `/vm-cfg` carries the tag (and `sub-interface: false`, as the agent's first answers say),
@@ -41,10 +48,12 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::{process, thread};
 
 use clap::{CommandFactory, FromArgMatches, Parser};
+
+mod db;
 
 const AUTHOR: &str = "/usr/bin/contrail-vrouter-agent";
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
@@ -129,9 +138,10 @@ struct Vmi {
 }
 
 impl Vmi {
-    /// Whether the agent has this VMI's config, `cfg_age` after the pod was first asked about.
-    fn configured(&self, cfg_age: Duration) -> bool {
-        cfg_age >= Duration::from_millis(self.spec.cfg_delay_ms)
+    /// Whether the agent has this VMI's config, `cfg_age` (ns) after the pod was first asked
+    /// about.
+    fn configured(&self, cfg_age: u64) -> bool {
+        cfg_age >= self.spec.cfg_delay_ms * 1_000_000
     }
 
     /// A nested pod's VMI: a VLAN sub-interface of its node's VMI, which the agent makes from
@@ -140,13 +150,17 @@ impl Vmi {
         self.spec.vlan_id.is_some()
     }
 
-    /// Whether GET /vm/... may show this VMI. A pod's VMI: the agent only has an interface entry
-    /// (and so an IP configuration) for a VMI registered with POST /vm, `since` ago (config
-    /// alone never creates one). A nested pod's VMI: from config, `since` the agent first heard
-    /// of the pod. Then it needs IPAM, and `ip-delay-ms` counts from `since`.
-    fn ip_ready(&self, since: Option<Duration>) -> bool {
+    /// Whether GET /vm/... may show this VMI at `at`: it needs IPAM, and an interface entry
+    /// whose config work ended (`ready`, see [`db`]). A pod's VMI has one only once registered
+    /// with POST /vm (config alone never creates one); a nested pod's VMI from config.
+    fn ip_ready(&self, ready: Option<u64>, at: u64) -> bool {
         let has_ipam = self.v4.is_some() || self.spec.ip6.is_some();
-        since.is_some_and(|t| t >= Duration::from_millis(self.spec.ip_delay_ms)) && has_ipam
+        ready.is_some_and(|t| t <= at) && has_ipam
+    }
+
+    /// `ip-delay-ms` in nanoseconds: the controller's delay before the VMI's config work.
+    fn ip_delay(&self) -> u64 {
+        self.spec.ip_delay_ms * 1_000_000
     }
 
     fn cfg_json(&self, vm_uuid: &str) -> Value {
@@ -490,14 +504,15 @@ struct Rule {
 }
 
 /// A registered port: the record as POSTed or reloaded, and since when the VMI is registered
-/// (a POST for a VMI registered already updates the record, not the time).
+/// (a POST for a VMI registered already updates the record, not the time). Times are on
+/// CLOCK_MONOTONIC, which other processes can read too.
 struct Port {
     body: Value,
-    since: Instant,
-    /// `since` on CLOCK_MONOTONIC, which other processes can read too.
     since_ns: u64,
-    /// When a `GET /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for this registration, on
-    /// CLOCK_MONOTONIC: the benchmark splits an ADD's readiness lag there.
+    /// When its config work ended: its IP configuration exists from then (see [`db`]).
+    ready_ns: Option<u64>,
+    /// When a `GET /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for this registration: the
+    /// benchmark splits an ADD's readiness lag there.
     answered_ns: Option<u64>,
 }
 
@@ -513,11 +528,11 @@ fn monotonic_ns() -> u64 {
 }
 
 impl Port {
-    fn new(body: Value) -> Port {
+    fn new(body: Value, since_ns: u64) -> Port {
         Port {
             body,
-            since: Instant::now(),
-            since_ns: monotonic_ns(),
+            since_ns,
+            ready_ns: None,
             answered_ns: None,
         }
     }
@@ -526,10 +541,21 @@ impl Port {
     fn listed(&self) -> Value {
         let mut v = self.body.clone();
         v["sim-registered-ns"] = self.since_ns.into();
+        if let Some(ns) = self.ready_ns {
+            v["sim-ip-ready-ns"] = ns.into();
+        }
         if let Some(ns) = self.answered_ns {
             v["sim-ip-answered-ns"] = ns.into();
         }
         v
+    }
+}
+
+/// Sleeps until `t` on CLOCK_MONOTONIC.
+fn sleep_until(t: u64) {
+    let now = monotonic_ns();
+    if t > now {
+        thread::sleep(Duration::from_nanos(t - now));
     }
 }
 
@@ -546,9 +572,15 @@ fn route_of(path: &str) -> &'static str {
 
 struct State {
     /// Per pod (same index as `Sim::pods`): when a request first named it.
-    first_seen: Vec<Option<Instant>>,
+    first_seen: Vec<Option<u64>>,
     /// Registered ports keyed by vmi-uuid.
     ports: BTreeMap<String, Port>,
+    /// Nested VMIs whose config work ended (they need no registration), keyed by vmi-uuid.
+    nested_ready: BTreeMap<String, u64>,
+    /// The agent's DB: the schedule of requests and config work.
+    db: db::Db,
+    /// Every request with its arrival time, when `--log-requests` asks for it.
+    log: Option<Vec<Value>>,
     /// Requests a nested node must never send (`POST /vm` for a nested VMI, `DELETE /vm` of a
     /// nested pod), for `GET /sim/violations`.
     violations: Vec<Value>,
@@ -574,14 +606,12 @@ impl Sim {
         }
     }
 
-    /// Counts a request by kind for `GET /sim/requests`, unless it is one of the simulator's
-    /// own; a malformed one has no route.
-    fn tally(&self, request: Option<&Request>, outcome: &str) {
-        let key = match request {
-            Some(r) if r.path.starts_with("/sim/") => return,
-            Some(r) => format!("{} {} {outcome}", r.method, route_of(&r.path)),
-            None => format!("malformed {outcome}"),
-        };
+    /// Counts a request under `key` ("METHOD route outcome") for `GET /sim/requests`, and for
+    /// `GET /sim/load` in the second it `arrived` (a malformed one has no turn in the DB).
+    fn tally(&self, key: String, arrived: Option<u64>) {
+        if let Some(at) = arrived {
+            self.lock().db.tally(at, &key);
+        }
         let mut by = self
             .served_by
             .lock()
@@ -594,9 +624,41 @@ impl Sim {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Time since a request first named pod `i`, starting that clock on the first call.
-    fn age(st: &mut State, i: usize) -> Duration {
-        st.first_seen[i].get_or_insert_with(Instant::now).elapsed()
+    /// Time since a request first named pod `i`, at `at`, starting that clock on the first
+    /// one: a nested pod's VMIs need no registration, their config work falls due from then.
+    fn age(&self, st: &mut State, i: usize, at: u64) -> u64 {
+        let first = *st.first_seen[i].get_or_insert_with(|| {
+            for v in self.pods[i].vmis.iter().filter(|v| v.nested()) {
+                st.db.due(&v.spec.uuid, at + v.ip_delay());
+            }
+            at
+        });
+        at.saturating_sub(first)
+    }
+
+    /// Places the config work due by `now`, noting when each VMI's IP configuration exists.
+    fn place_until(st: &mut State, now: u64) {
+        let State {
+            db,
+            ports,
+            nested_ready,
+            ..
+        } = st;
+        db.place_until(now, |vmi, end| match ports.get_mut(vmi) {
+            Some(port) => port.ready_ns = Some(end),
+            None => {
+                nested_ready.insert(vmi.to_string(), end);
+            }
+        });
+    }
+
+    /// A registration from `at` on: the VMI's config work falls due after its controller delay.
+    fn registered(&self, st: &mut State, vmi: &str, body: Value, at: u64) {
+        let mut spec = self.pods.iter().flat_map(|p| &p.vmis);
+        if let Some(v) = spec.find(|v| v.spec.uuid == vmi) {
+            st.db.due(vmi, at + v.ip_delay());
+        }
+        st.ports.insert(vmi.to_string(), Port::new(body, at));
     }
 
     /// The fault switch, if any, that applies to a request; a --flaky switch applies only
@@ -615,50 +677,82 @@ impl Sim {
         rule.map(|r| &r.fault)
     }
 
-    /// The agent's answer to a request: status, body and the error message for the log.
-    fn answer(&self, method: &str, path: &str, body: &[u8]) -> (u16, String, String) {
-        match self.route(method, path, body) {
-            Ok(v) => (200, v.to_string(), String::new()),
-            Err((status, msg)) => (status, error_body(&msg), msg),
+    /// A request in the agent's order: its turn in the DB (see [`db`]), then, if `answer`, its
+    /// answer as the agent's state stood when the turn began (status, body, the error message
+    /// for the log). The answer is due at the turn's end.
+    fn handle(&self, req: &Request, answer: bool) -> Handled {
+        let mut st = self.lock();
+        let arrived = monotonic_ns();
+        Self::place_until(&mut st, arrived);
+        let (start, end) = st.db.request(arrived);
+        if let Some(log) = &mut st.log {
+            let mut entry = json!({"arrived-ns": arrived, "method": req.method, "path": req.path});
+            if let Ok(body) = serde_json::from_slice::<Value>(&req.body) {
+                entry["body"] = body;
+            }
+            log.push(entry);
+        }
+        let answer =
+            answer.then(
+                || match self.route(&mut st, start, &req.method, &req.path, &req.body) {
+                    Ok(v) => (200, v.to_string(), String::new()),
+                    Err((status, msg)) => (status, error_body(&msg), msg),
+                },
+            );
+        Handled {
+            arrived,
+            end,
+            answer,
         }
     }
 
-    fn route(&self, method: &str, path: &str, body: &[u8]) -> Reply {
+    fn route(&self, st: &mut State, at: u64, method: &str, path: &str, body: &[u8]) -> Reply {
         let segments: Vec<&str> = path.split('/').collect();
         match (method, segments.as_slice()) {
-            ("GET", ["", "vm-cfg", name]) => self.vm_cfg(name),
-            ("GET", ["", "vm", vm]) if is_uuid(vm) => self.vm_oper(vm, None),
+            ("GET", ["", "vm-cfg", name]) => self.vm_cfg(st, at, name),
+            ("GET", ["", "vm", vm]) if is_uuid(vm) => self.vm_oper(st, at, vm, None),
             ("GET", ["", "vm", vm, vmi]) if is_uuid(vm) && is_uuid(vmi) => {
-                self.vm_oper(vm, Some(*vmi))
+                self.vm_oper(st, at, vm, Some(*vmi))
             }
-            ("POST", ["", "vm"]) => self.register(body),
-            ("DELETE", ["", "vm", vm]) if is_uuid(vm) => Ok(self.deregister(vm)),
-            ("GET", ["", "sim", "ports"]) => {
-                Ok(self.lock().ports.values().map(Port::listed).collect())
-            }
-            ("GET", ["", "sim", "stats"]) => {
-                Ok(json!({"requests": self.served.load(Ordering::SeqCst)}))
-            }
-            ("GET", ["", "sim", "requests"]) => {
+            ("POST", ["", "vm"]) => self.register(st, at, body),
+            ("DELETE", ["", "vm", vm]) if is_uuid(vm) => Ok(self.deregister(st, at, vm)),
+            // The agent's router answers this for every path no handler matches.
+            _ => Err((404, "Unknown Request".into())),
+        }
+    }
+
+    /// The simulator's own routes (`/sim/...`), outside the agent's schedule.
+    fn sim_route(&self, method: &str, path: &str) -> Reply {
+        let mut st = self.lock();
+        Self::place_until(&mut st, monotonic_ns());
+        match (method, path) {
+            ("GET", "/sim/ports") => Ok(st.ports.values().map(Port::listed).collect()),
+            ("GET", "/sim/stats") => Ok(json!({"requests": self.served.load(Ordering::SeqCst)})),
+            ("GET", "/sim/requests") => {
                 let by = self
                     .served_by
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner);
                 Ok(json!(*by))
             }
-            ("GET", ["", "sim", "violations"]) => Ok(self.lock().violations.clone().into()),
-            // The agent's router answers this for every path no handler matches.
+            ("GET", "/sim/violations") => Ok(st.violations.clone().into()),
+            ("GET", "/sim/load") => Ok(st.db.load()),
+            ("GET", "/sim/log") => st
+                .log
+                .clone()
+                .map(Value::from)
+                .ok_or_else(|| (404, "start the simulator with --log-requests".into())),
             _ => Err((404, "Unknown Request".into())),
         }
     }
 
-    fn vm_cfg(&self, name: &str) -> Reply {
+    fn vm_cfg(&self, st: &mut State, at: u64, name: &str) -> Reply {
         let i = self
             .pods
             .iter()
             .position(|p| p.vm_name == name)
             .ok_or_else(not_found)?;
-        let age = Self::age(&mut self.lock(), i);
+        let age = self.age(st, i, at);
         let pod = &self.pods[i];
         let visible = pod.vmis.iter().filter(|v| v.configured(age));
         let cfg: Vec<Value> = visible.map(|v| v.cfg_json(&pod.uuid)).collect();
@@ -671,14 +765,15 @@ impl Sim {
     /// GET /vm/<vm> (`vmi` None) or /vm/<vm>/<vmi>: like the agent's `GetVmVnPort`, which
     /// walks the VMIs it has config for and fails (404) on the first one without an interface
     /// entry, that is, not registered, or without IPAM.
-    fn vm_oper(&self, vm: &str, vmi: Option<&str>) -> Reply {
+    fn vm_oper(&self, st: &mut State, at: u64, vm: &str, vmi: Option<&str>) -> Reply {
         let i = self
             .pods
             .iter()
             .position(|p| p.uuid == vm)
             .ok_or_else(not_found)?;
-        let mut st = self.lock();
-        let age = Self::age(&mut st, i);
+        let age = self.age(st, i, at);
+        // A nested pod first heard of now may have work due at once.
+        Self::place_until(st, at);
         let pod = &self.pods[i];
         let wanted: Vec<&Vmi> = pod
             .vmis
@@ -686,37 +781,34 @@ impl Sim {
             .filter(|v| v.configured(age) && vmi.is_none_or(|u| v.spec.uuid == u))
             .collect();
         let port = |v: &Vmi| st.ports.get(&v.spec.uuid);
-        let since = |v: &Vmi| match (v.nested(), port(v)) {
-            (true, None) => Some(age),
+        let ready = |v: &Vmi| match (v.nested(), port(v)) {
+            (true, None) => st.nested_ready.get(&v.spec.uuid).copied(),
             // Registered, a nested VMI became a tap on this hypervisor (`VM_ON_TAP`), which
             // does not exist: it has no interface entry any more.
             (true, Some(_)) => None,
-            (false, p) => p.map(|p| p.since.elapsed()),
+            (false, p) => p.and_then(|p| p.ready_ns),
         };
         // The whole-pod form answers only once every VMI of the pod is ready.
-        if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(since(v))) {
+        if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(ready(v), at)) {
             return Err(not_found());
         }
         let answer = wanted.iter().map(|v| v.oper_json(pod, port(v))).collect();
         if let Some(p) = vmi.and_then(|u| st.ports.get_mut(u)) {
-            p.answered_ns.get_or_insert_with(monotonic_ns);
+            p.answered_ns.get_or_insert(at);
         }
         Ok(answer)
     }
 
     /// POST /vm, as the agent's REST handler takes it: `AddVmVnPort(body, check_port=false)`
     /// does not look for the host interface (only a reload at agent start does).
-    fn register(&self, body: &[u8]) -> Reply {
+    fn register(&self, st: &mut State, at: u64, body: &[u8]) -> Reply {
         let port: Value = serde_json::from_slice(body)
             .map_err(|e| (500, format!("{{ Invalid Json string ==> {e} }}")))?;
-        {
-            // Naming a pod starts its delay clocks, even in a request that is refused.
-            let (vm, name) = (str_field(&port, "vm-uuid"), str_field(&port, "vm-name"));
-            let mut st = self.lock();
-            for (i, p) in self.pods.iter().enumerate() {
-                if vm == Some(p.uuid.as_str()) || name == Some(p.vm_name.as_str()) {
-                    Self::age(&mut st, i);
-                }
+        // Naming a pod starts its delay clocks, even in a request that is refused.
+        let (vm, name) = (str_field(&port, "vm-uuid"), str_field(&port, "vm-name"));
+        for (i, p) in self.pods.iter().enumerate() {
+            if vm == Some(p.uuid.as_str()) || name == Some(p.vm_name.as_str()) {
+                self.age(st, i, at);
             }
         }
         check_port(&port).map_err(|e| (500, format!("{{ {e} }}")))?;
@@ -730,7 +822,6 @@ impl Sim {
             }
         }
         let vmi = field("vmi-uuid").to_owned();
-        let mut st = self.lock();
         let nested = self.pods.iter().flat_map(|p| &p.vmis);
         if nested.filter(|v| v.nested()).any(|v| v.spec.uuid == vmi) {
             st.violations
@@ -738,9 +829,7 @@ impl Sim {
         }
         match st.ports.get_mut(&vmi) {
             Some(registered) => registered.body = port,
-            None => {
-                st.ports.insert(vmi, Port::new(port));
-            }
+            None => self.registered(st, &vmi, port, at),
         }
         Ok(json!({}))
     }
@@ -748,20 +837,28 @@ impl Sim {
     /// DELETE /vm/<vm>: drops the registration of every VMI the agent has config for in that
     /// pod (the agent's `DeleteVmVnPort` walks the pod's config VMIs); 200 `{}` always, also
     /// for a pod it does not know.
-    fn deregister(&self, vm: &str) -> Value {
-        let mut st = self.lock();
+    fn deregister(&self, st: &mut State, at: u64, vm: &str) -> Value {
         if let Some(i) = self.pods.iter().position(|p| p.uuid == vm) {
             if self.pods[i].vmis.iter().any(Vmi::nested) {
                 st.violations
                     .push(json!({"request": format!("DELETE /vm/{vm}")}));
             }
-            let age = Self::age(&mut st, i);
+            let age = self.age(st, i, at);
             for v in self.pods[i].vmis.iter().filter(|v| v.configured(age)) {
                 st.ports.remove(&v.spec.uuid);
+                st.db.cancel(&v.spec.uuid);
             }
         }
         json!({})
     }
+}
+
+/// A request taken in the agent's order ([`Sim::handle`]).
+struct Handled {
+    arrived: u64,
+    /// When its turn in the DB ends: its answer goes out then.
+    end: u64,
+    answer: Option<(u16, String, String)>,
 }
 
 /// Writes `<vm_dir>/<vmi>` like the agent: the record plus author and time, never
@@ -786,8 +883,9 @@ fn write_port_file(vm_dir: &Path, vmi: &str, port: &Value) -> io::Result<()> {
     }
 }
 
-/// What the agent does on restart: re-register every UUID-named file under `<dir>/*/`.
-fn reload_ports(dir: &Path) -> BTreeMap<String, Port> {
+/// What the agent does on restart: re-register every UUID-named file under `<dir>/*/`; the
+/// ports by VMI.
+fn reload_ports(dir: &Path) -> BTreeMap<String, Value> {
     let read = |path: &Path| -> Result<Value, String> {
         let bytes = fs::read(path).map_err(|e| e.to_string())?;
         let port: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
@@ -804,7 +902,7 @@ fn reload_ports(dir: &Path) -> BTreeMap<String, Port> {
         match read(&file.path()) {
             Ok(port) => {
                 let vmi = str_field(&port, "vmi-uuid").unwrap_or_default().to_owned();
-                ports.insert(vmi, Port::new(port));
+                ports.insert(vmi, port);
             }
             Err(e) => eprintln!("skipping {}: {e}", file.path().display()),
         }
@@ -897,7 +995,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
         let req = match request {
             Ok(req) => req,
             Err(status) => {
-                sim.tally(None, &status.to_string());
+                sim.tally(format!("malformed {status}"), None);
                 eprintln!("- - {status} (malformed request)");
                 respond(&stream, status, &error_body(status_message(status)));
                 // Unread input would make close() send a reset that can destroy the answer
@@ -908,10 +1006,21 @@ fn serve(sim: &Sim, stream: TcpStream) {
             }
         };
         let (method, path) = (req.method.as_str(), req.path.as_str());
-        match sim.fault(method, path) {
-            None => {
-                let (status, body, msg) = sim.answer(method, path, &req.body);
-                sim.tally(Some(&req), &status.to_string());
+        if path.starts_with("/sim/") {
+            let (status, body) = match sim.sim_route(method, path) {
+                Ok(v) => (200, v.to_string()),
+                Err((status, msg)) => (status, error_body(&msg)),
+            };
+            respond(&stream, status, &body);
+            continue;
+        }
+        let fault = sim.fault(method, path);
+        let handled = sim.handle(&req, matches!(fault, None | Some(Fault::Truncate)));
+        sleep_until(handled.end);
+        let kind = |outcome: &str| format!("{method} {} {outcome}", route_of(path));
+        match (fault, handled.answer) {
+            (None, Some((status, body, msg))) => {
+                sim.tally(kind(&status.to_string()), Some(handled.arrived));
                 let msg = if msg.is_empty() {
                     msg
                 } else {
@@ -920,9 +1029,11 @@ fn serve(sim: &Sim, stream: TcpStream) {
                 eprintln!("{method} {path} {status}{msg}");
                 respond(&stream, status, &body);
             }
-            Some(fault) => {
-                sim.tally(Some(&req), fault.flag());
-                if !misbehave(sim, &stream, &req, fault) {
+            (fault, answer) => {
+                let fault = fault.unwrap_or(&Fault::Hang);
+                sim.tally(kind(fault.flag()), Some(handled.arrived));
+                let real = answer.map(|(_, body, _)| body).unwrap_or_default();
+                if !misbehave(&stream, &req, fault, &real) {
                     return;
                 }
             }
@@ -946,8 +1057,9 @@ fn respond_raw(mut stream: &TcpStream, status: u16, body: &[u8], length: usize) 
     let _ = stream.write_all(&[head.as_bytes(), body].concat());
 }
 
-/// Answers a request the way its fault switch says; false when the connection is over.
-fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) -> bool {
+/// Answers a request the way its fault switch says (`real`: the real answer's body, for
+/// --truncate); false when the connection is over.
+fn misbehave(stream: &TcpStream, req: &Request, fault: &Fault, real: &str) -> bool {
     let (method, path) = (req.method.as_str(), req.path.as_str());
     match fault {
         Fault::Fail(status) => {
@@ -972,9 +1084,8 @@ fn misbehave(sim: &Sim, stream: &TcpStream, req: &Request, fault: &Fault) -> boo
         }
         Fault::Truncate => {
             // The real answer, so the request has its effect; only its delivery fails.
-            let (_, body, _) = sim.answer(method, path, &req.body);
             eprintln!("{method} {path} 200 truncated (--truncate)");
-            respond_raw(stream, 200, &body.as_bytes()[..body.len() / 2], body.len());
+            respond_raw(stream, 200, &real.as_bytes()[..real.len() / 2], real.len());
             // A FIN, not a reset, so the client sees a short body rather than a lost one.
             let _ = stream.shutdown(Shutdown::Write);
             return false;
@@ -1006,6 +1117,25 @@ struct Args {
     /// Delay every answer by N milliseconds.
     #[arg(long, value_name = "N", default_value_t = 0)]
     delay_ms: u64,
+    /// Model the agent's DB exclusion: each request holds the DB for --request-db-us, each
+    /// VMI's config work (after its ip-delay-ms) needs --vmi-db-us of it, first come, first
+    /// served; an IP configuration exists from the end of that work.
+    #[arg(long)]
+    exclusion: bool,
+    /// With --exclusion: how long one request holds the agent's DB, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 250, requires = "exclusion")]
+    request_db_us: u64,
+    /// With --exclusion: how long one VMI's config work holds the agent's DB, in microseconds.
+    #[arg(
+        long,
+        value_name = "US",
+        default_value_t = 2000,
+        requires = "exclusion"
+    )]
+    vmi_db_us: u64,
+    /// Keep every request with its arrival time, for `GET /sim/log`.
+    #[arg(long)]
+    log_requests: bool,
     /// Answer STATUS with an agent-style error body.
     #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS", value_parser = rule_of("--fail"))]
     fail: Vec<Rule>,
@@ -1116,6 +1246,23 @@ fn main() {
     io::stdout()
         .flush()
         .unwrap_or_else(|e| die(&format!("stdout: {e}")));
+    let origin = monotonic_ns();
+    let costs = if args.exclusion {
+        db::Costs {
+            request: args.request_db_us * 1000,
+            work: args.vmi_db_us * 1000,
+        }
+    } else {
+        db::Costs {
+            request: 0,
+            work: 0,
+        }
+    };
+    if args.exclusion {
+        // Answers are due at exact moments of the modelled schedule: no timer slack.
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1) };
+    }
     let first_seen = vec![None; pods.len()];
     let sim = Arc::new(Sim {
         pods,
@@ -1124,12 +1271,21 @@ fn main() {
         state_dir: args.state_dir,
         state: Mutex::new(State {
             first_seen,
-            ports,
+            ports: BTreeMap::new(),
+            nested_ready: BTreeMap::new(),
+            db: db::Db::new(costs, origin),
+            log: args.log_requests.then(Vec::new),
             violations: Vec::new(),
         }),
         served: AtomicUsize::new(0),
         served_by: Mutex::new(BTreeMap::new()),
     });
+    {
+        let mut st = sim.lock();
+        for (vmi, port) in ports {
+            sim.registered(&mut st, &vmi, port, origin);
+        }
+    }
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {

@@ -1,0 +1,500 @@
+//! Section 9: the node, not one call. The agent's DB exclusion on (the simulator's
+//! `--exclusion`: each request holds the agent's DB for 0.25 ms, each VMI's config work 2 ms),
+//! three polling policies side by side:
+//! - this build: the node's request budget (`agent-requests-per-second`, default 200);
+//! - the previous build (git `PREVIOUS_POLICY`, built by scripts/bench): a poll every 21 ms per
+//!   waiting call, whatever else waits;
+//! - a model of the legacy Go CNI's requests: `GET /vm-cfg`, `POST /vm`, then `GET
+//!   /vm/<vm>/<vmi>` at once and every `poll-timeout` (3 s) until it answers; its DEL one
+//!   `DELETE /vm/<vm>`. Only its requests: it makes no interfaces.
+//!
+//! Two scenarios each: the storm (a node that reboots or rolls out: 110 pods x 4 attachments
+//! ADDed at once, each pod's in Multus's order, IP configurations 2-5 s after registration),
+//! then its DELs; and the quiet node (one pod, its IP configuration 300 ms after registration):
+//! how long after the IP configuration exists does the ADD return.
+
+use crate::{Ctx, NODE_ATTACHMENTS, R, check_interrupt, node_in};
+
+use crate::{measure::*, phases::*, stats::*};
+use contrail_testkit::{Netns, PodSpec, Sim, VmiSpec, exchange, uuid};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// The storm's IP configurations come this long after their registrations: uniform in
+/// [`STORM_IP_DELAY_MS`].
+pub(crate) const STORM_IP_DELAY_MS: (u64, u64) = (2000, 5000);
+/// The quiet node's pod gets its IP configuration this long after its registration.
+pub(crate) const QUIET_IP_DELAY_MS: u64 = 300;
+/// The legacy Go CNI's poll-timeout: the pause after a poll that found nothing.
+const LEGACY_PERIOD: Duration = Duration::from_secs(3);
+
+/// A polling policy: a build of the plugin, or the legacy model.
+#[derive(Clone, Copy)]
+pub(crate) enum Policy<'a> {
+    Plugin(&'static str, &'a Path),
+    Legacy,
+}
+
+impl Policy<'_> {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Policy::Plugin(name, _) => name,
+            Policy::Legacy => "legacy Go CNI (model): one poll per 3 s",
+        }
+    }
+}
+
+/// One call: when it ran, whether it worked, and what it printed when it did not.
+struct Done {
+    start: Instant,
+    end: Instant,
+    ok: bool,
+    said: String,
+}
+
+/// What the storm did to the node, for one policy.
+pub(crate) struct Storm {
+    pub(crate) policy: &'static str,
+    pub(crate) pods: usize,
+    /// Requests the agent received during the ADDs: in all, the busiest second, the mean
+    /// second (from the first to the last second with requests), by kind.
+    pub(crate) requests: u64,
+    pub(crate) peak: u64,
+    pub(crate) mean: f64,
+    pub(crate) by_kind: BTreeMap<String, u64>,
+    /// The share of the agent's time its DB was held by requests during the ADDs.
+    pub(crate) db_share: f64,
+    /// Per VMI, ms: how long its config work queued for the DB in all, and the part of that
+    /// the requests ahead of it caused.
+    pub(crate) queued: Stats,
+    pub(crate) by_requests: Stats,
+    /// Per ADD, ms: its time beyond its VMI's IP delay.
+    pub(crate) beyond: Stats,
+    /// From the storm's start until the last pod had all its interfaces, s.
+    pub(crate) whole_s: f64,
+    /// Requests of the DELs, in all and by kind.
+    pub(crate) del_requests: u64,
+    pub(crate) del_by_kind: BTreeMap<String, u64>,
+    pub(crate) failures: Vec<String>,
+    pub(crate) problems: Vec<String>,
+}
+
+/// The quiet node, for one policy.
+pub(crate) struct Quiet {
+    pub(crate) policy: &'static str,
+    /// From the moment the IP configuration exists to the ADD's return, ms.
+    pub(crate) lag: Stats,
+    /// Requests of one ADD (median).
+    pub(crate) requests: f64,
+}
+
+/// The storm's pods: `NODE_ATTACHMENTS` each, every VMI with its IP configuration at a random
+/// moment in [`STORM_IP_DELAY_MS`] after its registration and a MAC of its own.
+pub(crate) fn storm_pods(n: usize, rng: &mut Rng) -> Vec<PodSpec> {
+    let (lo, hi) = STORM_IP_DELAY_MS;
+    (0..n)
+        .map(|i| {
+            let vmis = NODE_ATTACHMENTS
+                .iter()
+                .enumerate()
+                .map(|(k, (_, network, _))| {
+                    let mut v = VmiSpec::new(network, k as u8 + 1)
+                        .with("ip-delay-ms", json!(lo + rng.below(hi - lo)));
+                    v.mac = format!("02:fd:{:02x}:{:02x}:00:{:02x}", i >> 8, i & 0xff, k + 1);
+                    v
+                })
+                .collect();
+            PodSpec {
+                namespace: "default".into(),
+                name: format!("storm-{i}"),
+                uuid: uuid(),
+                vmis,
+            }
+        })
+        .collect()
+}
+
+/// The quiet node's pod.
+pub(crate) fn quiet_pod() -> PodSpec {
+    PodSpec {
+        namespace: "default".into(),
+        name: "quiet".into(),
+        uuid: uuid(),
+        vmis: vec![VmiSpec::new("default", 1).with("ip-delay-ms", json!(QUIET_IP_DELAY_MS))],
+    }
+}
+
+fn ip_delay(v: &VmiSpec) -> f64 {
+    v.extra["ip-delay-ms"].as_u64().unwrap_or(0) as f64
+}
+
+/// A simulator for `pods` with the agent's DB exclusion modelled.
+fn agent(cx: &Ctx, pods: &[PodSpec]) -> Sim {
+    Sim::start_with(
+        &cx.opts.sim,
+        &pods.iter().collect::<Vec<_>>(),
+        &["--exclusion"],
+    )
+}
+
+/// Requests by kind ("METHOD route status").
+fn by_kind(sim: &Sim) -> R<BTreeMap<String, u64>> {
+    serde_json::from_value(sim.get("/sim/requests"))
+        .map_err(|e| format!("the simulator's GET /sim/requests: {e}"))
+}
+
+/// The storm and its DELs under `policy`, on the pods' namespaces `nss`.
+pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -> R<Storm> {
+    check_interrupt()?;
+    let sim = agent(cx, pods);
+    let tag = match policy {
+        Policy::Plugin(name, _) => name.split(':').next().unwrap_or("x").replace(' ', "-"),
+        Policy::Legacy => "legacy".into(),
+    };
+    let state = cx.ext4.dir.join(format!("storm-{tag}"));
+    let node = node_in(&sim, &state);
+    let confs: Vec<PathBuf> = NODE_ATTACHMENTS
+        .iter()
+        .map(|(_, _, name)| crate::stdin_conf(&cx.dir.0, &node, name))
+        .collect::<R<_>>()?;
+    let sandboxes: Vec<CniEnv> = pods
+        .iter()
+        .zip(nss)
+        .map(|(p, ns)| cx.env(&node, "ADD", ns, &p.name))
+        .collect();
+    eprintln!("  {}: ADD", policy.name());
+    let started = Instant::now();
+    let adds = wave(cx, policy, &sim, pods, &sandboxes, "ADD", &confs)?;
+    let load = sim.get("/sim/load");
+    let add_kinds = by_kind(&sim)?;
+    let mut problems = Vec::new();
+    if let Policy::Plugin(..) = policy {
+        problems.extend(check_attached(&sim, pods, nss)?);
+    }
+    eprintln!("  {}: DEL", policy.name());
+    let dels = wave(cx, policy, &sim, pods, &sandboxes, "DEL", &confs)?;
+    let mut del_by_kind = by_kind(&sim)?;
+    for (kind, n) in del_by_kind.iter_mut() {
+        *n -= add_kinds.get(kind).copied().unwrap_or(0);
+    }
+    del_by_kind.retain(|_, n| *n > 0);
+    match policy {
+        Policy::Plugin(..) => problems.extend(check_nothing_left(&sim, pods, nss, &state)?),
+        Policy::Legacy => {
+            let left = registered_vmis(&sim).len();
+            if left > 0 {
+                problems.push(format!("{left} VMIs still registered"));
+            }
+        }
+    }
+    let mut failures = Vec::new();
+    for (calls, command) in [(&adds, "ADD"), (&dels, "DEL")] {
+        for (pod, calls) in pods.iter().zip(calls) {
+            for (done, (ifname, _, _)) in calls.iter().zip(NODE_ATTACHMENTS) {
+                if !done.ok {
+                    failures.push(format!("{command} {} {ifname}: {}", pod.name, done.said));
+                }
+            }
+            if calls.len() < NODE_ATTACHMENTS.len() {
+                failures.push(format!("{command} {}: stopped after a failure", pod.name));
+            }
+        }
+    }
+    // Per second, from the simulator's start: the storm's own seconds are those with requests.
+    let seconds = load["seconds"].as_array().cloned().unwrap_or_default();
+    let per_second: Vec<u64> = seconds
+        .iter()
+        .map(|s| {
+            s["requests"]
+                .as_object()
+                .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+        })
+        .collect();
+    let busy: Vec<u64> = {
+        let first = per_second.iter().position(|&n| n > 0).unwrap_or(0);
+        let last = per_second.iter().rposition(|&n| n > 0).unwrap_or(0);
+        per_second[first..=last.max(first)].to_vec()
+    };
+    let requests: u64 = add_kinds.values().sum();
+    let held_ms: f64 = seconds
+        .iter()
+        .filter_map(|s| s["db-requests-ms"].as_f64())
+        .sum();
+    let add_span = adds
+        .iter()
+        .flatten()
+        .map(|d| d.end)
+        .max()
+        .map_or(0.0, |end| ms(end - started));
+    let work = load["work"].as_array().cloned().unwrap_or_default();
+    let work_ms = |key: &str| -> Vec<f64> { work.iter().filter_map(|w| w[key].as_f64()).collect() };
+    let beyond: Vec<f64> = pods
+        .iter()
+        .zip(&adds)
+        .flat_map(|(pod, calls)| {
+            calls
+                .iter()
+                .zip(&pod.vmis)
+                .map(|(d, v)| ms(d.end - d.start) - ip_delay(v))
+        })
+        .collect();
+    let whole = adds
+        .iter()
+        .filter_map(|calls| calls.last().map(|d| d.end))
+        .max()
+        .map_or(0.0, |end| (end - started).as_secs_f64());
+    Ok(Storm {
+        policy: policy.name(),
+        pods: pods.len(),
+        requests,
+        peak: busy.iter().copied().max().unwrap_or(0),
+        mean: requests as f64 / busy.len().max(1) as f64,
+        by_kind: add_kinds,
+        db_share: held_ms / add_span.max(1.0),
+        queued: stats(&work_ms("queued-ms")),
+        by_requests: stats(&work_ms("by-requests-ms")),
+        beyond: stats(&beyond),
+        whole_s: whole,
+        del_requests: del_by_kind.values().sum(),
+        del_by_kind,
+        failures,
+        problems,
+    })
+}
+
+/// `command` for every attachment of every pod (ADD in `NODE_ATTACHMENTS` order, DEL in
+/// reverse), the pods at once, each pod's calls one after the other as Multus makes them: the
+/// calls of each pod, in `NODE_ATTACHMENTS` order.
+fn wave(
+    cx: &Ctx,
+    policy: Policy,
+    sim: &Sim,
+    pods: &[PodSpec],
+    sandboxes: &[CniEnv],
+    command: &'static str,
+    confs: &[PathBuf],
+) -> R<Vec<Vec<Done>>> {
+    let barrier = Barrier::new(pods.len());
+    let mut order: Vec<usize> = (0..NODE_ATTACHMENTS.len()).collect();
+    if command == "DEL" {
+        order.reverse();
+    }
+    let order = &order;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pods
+            .iter()
+            .zip(sandboxes)
+            .enumerate()
+            .map(|(i, (pod, sandbox))| {
+                let barrier = &barrier;
+                s.spawn(move || -> R<Vec<Done>> {
+                    let scratch = cx.scratch(&format!("storm{i}"));
+                    let sandbox = sandbox.with(command);
+                    let mut legacy = Legacy::new(sim, pod, &sandbox);
+                    barrier.wait();
+                    let mut done = Vec::new();
+                    for &k in order {
+                        let env = sandbox.on(NODE_ATTACHMENTS[k].0);
+                        let d = match policy {
+                            Policy::Plugin(_, bin) => {
+                                let c = env.run(bin, &confs[k], &scratch)?;
+                                Done {
+                                    start: c.start,
+                                    end: c.end,
+                                    ok: c.ok,
+                                    said: c.describe(),
+                                }
+                            }
+                            Policy::Legacy => legacy.call(command, k),
+                        };
+                        let failed = !d.ok;
+                        done.push(d);
+                        // Multus stops a pod's ADDs at a failure and goes on with its DELs.
+                        if failed && command == "ADD" {
+                            break;
+                        }
+                    }
+                    // Back in attachment order.
+                    if command == "DEL" {
+                        done.reverse();
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "thread panicked".to_string())?)
+            .collect()
+    })
+}
+
+/// The legacy Go CNI's requests for one pod (`vrouter.go`: `PollVmCfg`, `Add`, `PollVm`, `Del`),
+/// on one kept-alive connection as Go's HTTP client keeps it.
+struct Legacy<'a> {
+    sim: &'a Sim,
+    pod: &'a PodSpec,
+    container_id: String,
+    netns: String,
+    conn: Option<std::io::BufReader<std::net::TcpStream>>,
+}
+
+impl<'a> Legacy<'a> {
+    fn new(sim: &'a Sim, pod: &'a PodSpec, sandbox: &CniEnv) -> Legacy<'a> {
+        Legacy {
+            sim,
+            pod,
+            container_id: sandbox.container_id.clone(),
+            netns: sandbox.netns.clone(),
+            conn: None,
+        }
+    }
+
+    fn request(&mut self, method: &str, path: &str, body: Option<&Value>) -> (bool, Value) {
+        let conn = self.conn.get_or_insert_with(|| self.sim.connect());
+        let (status, body) = exchange(conn, method, path, body);
+        (
+            status.split(' ').nth(1) == Some("200"),
+            serde_json::from_str(&body).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Attachment `k`'s ADD or DEL.
+    fn call(&mut self, command: &str, k: usize) -> Done {
+        let start = Instant::now();
+        let ok = match command {
+            "ADD" => self.add(k),
+            _ => {
+                let path = format!("/vm/{}", self.pod.uuid);
+                self.request("DELETE", &path, None).0
+            }
+        };
+        Done {
+            start,
+            end: Instant::now(),
+            ok,
+            said: String::new(),
+        }
+    }
+
+    fn add(&mut self, k: usize) -> bool {
+        let deadline = Instant::now() + LEGACY_PERIOD * 20;
+        let vm_name = self.pod.vm_name();
+        // PollVmCfg: until every VMI of the pod is there.
+        let vmis = loop {
+            let (ok, cfg) = self.request("GET", &format!("/vm-cfg/{vm_name}"), None);
+            let known = cfg.as_array().map_or(0, Vec::len);
+            if ok && known == self.pod.vmis.len() {
+                break cfg;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(LEGACY_PERIOD);
+        };
+        let vmi = &self.pod.vmis[k];
+        let vn = vmis
+            .as_array()
+            .and_then(|a| a.iter().find(|v| v["id"] == vmi.uuid.as_str()))
+            .map_or(Value::Null, |v| v["vn-id"].clone());
+        let ifname = NODE_ATTACHMENTS[k].0;
+        let body = json!({
+            "time": "0", "vm-id": self.container_id, "vm-uuid": self.pod.uuid,
+            "vm-name": vm_name, "host-ifname": format!("tapl{:011x}", k), "vm-ifname": ifname,
+            "vm-namespace": self.netns, "vn-uuid": vn, "vmi-uuid": vmi.uuid,
+        });
+        if !self.request("POST", "/vm", Some(&body)).0 {
+            return false;
+        }
+        // PollVm: at once, then every poll-timeout.
+        let path = format!("/vm/{}/{}", self.pod.uuid, vmi.uuid);
+        loop {
+            if self.request("GET", &path, None).0 {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(LEGACY_PERIOD);
+        }
+    }
+}
+
+/// The quiet node under `policy`: `samples` ADDs (and DELs) of one pod in a row.
+pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
+    check_interrupt()?;
+    let pod = quiet_pod();
+    let sim = agent(cx, std::slice::from_ref(&pod));
+    let state = cx.ext4.dir.join(format!(
+        "quiet-{}",
+        policy
+            .name()
+            .split(':')
+            .next()
+            .unwrap_or("x")
+            .replace(' ', "-")
+    ));
+    let node = node_in(&sim, &state);
+    let conf = crate::stdin_conf(&cx.dir.0, &node, "contrail-k8s-cni")?;
+    let ns = Netns::new();
+    let scratch = cx.scratch("quiet");
+    let mut lags = Vec::new();
+    let mut requests = Vec::new();
+    for _ in 0..samples {
+        check_interrupt()?;
+        let env = cx.env(&node, "ADD", &ns, &pod.name);
+        let before = cx_requests(&sim)?;
+        let (end, ok, said) = match policy {
+            Policy::Plugin(_, bin) => {
+                let c = env.run(bin, &conf, &scratch)?;
+                (c.end, c.ok, c.describe())
+            }
+            Policy::Legacy => {
+                let mut legacy = Legacy::new(&sim, &pod, &env);
+                let d = legacy.call("ADD", 0);
+                (d.end, d.ok, String::new())
+            }
+        };
+        if !ok {
+            return Err(format!("quiet node, {}: ADD failed: {said}", policy.name()));
+        }
+        requests.push((cx_requests(&sim)? - before) as f64);
+        let ports = sim.get("/sim/ports");
+        let ready = ports
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["vmi-uuid"] == pod.vmis[0].uuid.as_str())
+            .and_then(|p| p["sim-ip-ready-ns"].as_u64())
+            .ok_or("quiet node: the simulator has no sim-ip-ready-ns (rebuild it)")?;
+        let ready = instant_of(ready);
+        lags.push(if end >= ready {
+            ms(end - ready)
+        } else {
+            -ms(ready - end)
+        });
+        match policy {
+            Policy::Plugin(_, bin) => {
+                let del = env.with("DEL").run(bin, &conf, &scratch)?;
+                expect_del("quiet node", &del)?;
+            }
+            Policy::Legacy => {
+                Legacy::new(&sim, &pod, &env).call("DEL", 0);
+            }
+        }
+    }
+    Ok(Quiet {
+        policy: policy.name(),
+        lag: stats(&lags),
+        requests: stats(&requests).median,
+    })
+}
+
+fn cx_requests(sim: &Sim) -> R<u64> {
+    sim.get("/sim/stats")["requests"]
+        .as_u64()
+        .ok_or_else(|| "the simulator has no GET /sim/stats".to_string())
+}

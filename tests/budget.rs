@@ -1,0 +1,446 @@
+//! The node's request budget to the agent (README, "Polling and the node's request budget"):
+//! every call on the node together sends at most `agent-requests-per-second` requests a second,
+//! however many are waiting; each waiting call still gets its turn; registrations and DELs go
+//! before polls; nobody waits beyond their deadline; a call killed or stopped anywhere holds up
+//! nobody. The simulator keeps every request with its arrival time (`--log-requests`): the
+//! rate and the turns are read from what the agent received.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use contrail_testkit::*;
+use serde_json::{Value, json};
+
+/// How many requests of each kind (polls, registrations and deregistrations) may go at once on
+/// a quiet node (`budget::BURST`): a second of requests is held to the rate plus these.
+const BURST: usize = 10;
+
+/// The most requests a second may hold under a budget of `rate`.
+fn bound(rate: u32) -> usize {
+    rate as usize + 2 * BURST
+}
+
+/// `n` one-VMI pods whose IP configurations come `ip_delay_ms` after their registrations.
+fn pods(n: usize, ip_delay_ms: u64) -> Vec<PodSpec> {
+    (0..n)
+        .map(|i| {
+            PodSpec::new(vec![
+                VmiSpec::new("default", (i % 200) as u8 + 1)
+                    .with("ip-delay-ms", json!(ip_delay_ms)),
+            ])
+        })
+        .collect()
+}
+
+/// A node whose calls share a budget of `rate` requests a second and may wait `deadline_s`.
+fn node(sim: &Sim, rate: u32, deadline_s: u32) -> Node {
+    let mut node = Node::new(sim);
+    node.set("agent-requests-per-second", json!(rate))
+        .set("poll-timeout", json!(1))
+        .set("poll-retries", json!(deadline_s));
+    node
+}
+
+/// One pod's ADD, started as a runtime starts it; the test keeps the process to signal it.
+struct Add {
+    child: Child,
+    started: Instant,
+}
+
+impl Add {
+    fn start(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns) -> Add {
+        let args = pod.multus_args(cid);
+        let netns = ns.path();
+        let env = node.env("ADD", cid, &netns, "eth0", &args);
+        let mut child = Command::new(plugin_bin())
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let conf = node.netconf("1.0.0", "contrail-k8s-cni").to_string();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.as_bytes())
+            .unwrap();
+        Add {
+            child,
+            started: Instant::now(),
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        sh("kill", &[sig, &self.child.id().to_string()]);
+    }
+
+    /// Its exit: whether it succeeded, what it printed, how long it took.
+    fn finish(self) -> (bool, Value, Duration) {
+        let out = self.child.wait_with_output().unwrap();
+        let took = self.started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let printed = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+        (out.status.success(), printed, took)
+    }
+}
+
+/// Every request the agent received: (arrival on CLOCK_MONOTONIC in ns, "METHOD path"), a
+/// registration's with the VMI it registers ("POST /vm <vmi>").
+fn received(sim: &Sim) -> Vec<(u64, String)> {
+    let log = sim.get("/sim/log");
+    let mut v: Vec<(u64, String)> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |k: &str| r[k].as_str().unwrap().to_string();
+            let mut request = format!("{} {}", field("method"), field("path"));
+            if let Some(vmi) = r["body"]["vmi-uuid"].as_str() {
+                request = format!("{request} {vmi}");
+            }
+            (r["arrived-ns"].as_u64().unwrap(), request)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The most requests the agent received within any one second.
+fn busiest_second(log: &[(u64, String)]) -> usize {
+    let mut most = 0;
+    let mut first = 0;
+    for (last, (t, _)) in log.iter().enumerate() {
+        while log[first].0 + 1_000_000_000 <= *t {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most
+}
+
+/// Per VMI, the longest a call waited for its IP configuration between two requests: from its
+/// registration (`POST /vm`) to its first poll (`GET /vm/<vm>/<vmi>`), and between two polls.
+fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, Duration> {
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    let mut gaps = BTreeMap::new();
+    for (t, request) in log {
+        let vmi = match request.split_once(' ') {
+            Some(("POST", rest)) => rest.split_once(' ').map(|(_, vmi)| vmi),
+            Some(("GET", path)) => path
+                .strip_prefix("/vm/")
+                .and_then(|p| p.split_once('/'))
+                .map(|(_, vmi)| vmi),
+            _ => None,
+        };
+        let Some(vmi) = vmi else { continue };
+        if let Some(before) = last.insert(vmi.to_string(), *t) {
+            let gap = gaps.entry(vmi.to_string()).or_insert(Duration::ZERO);
+            *gap = (*gap).max(Duration::from_nanos(t - before));
+        }
+    }
+    gaps
+}
+
+/// DEL of each pod's eth0, then nothing of them may be left. The test's budget is lifted
+/// first: the DELs of a crowd would otherwise queue past their deadlines, leave their
+/// deregistrations pending and so their ports registered.
+fn del_all(node: &mut Node, sim: &Sim, pods: &[PodSpec], cids: &[String], nss: &[Netns]) {
+    node.set("agent-requests-per-second", json!(1000));
+    let node = &*node;
+    std::thread::scope(|s| {
+        for ((pod, cid), ns) in pods.iter().zip(cids).zip(nss) {
+            s.spawn(move || {
+                let conf = node.netconf("1.0.0", "contrail-k8s-cni");
+                node.call("DEL", cid, &ns.path(), "eth0", &pod.multus_args(cid), &conf)
+                    .assert_ok();
+            });
+        }
+    });
+    assert!(sim.ports().is_empty(), "{:?}", sim.ports());
+    assert_eq!(node.leftovers(), [] as [String; 0]);
+    for ns in nss {
+        assert_eq!(ns.ifnames(), ["lo"]);
+    }
+}
+
+#[test]
+fn a_hundred_and_twenty_waiting_calls_share_the_nodes_budget_and_each_gets_its_turns() {
+    let (n, rate) = (120, 40);
+    let pods = pods(n, 5000);
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    let mut node = node(&sim, rate, 40);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let adds: Vec<Add> = pods
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    for (add, pod) in adds.into_iter().zip(&pods) {
+        let (ok, printed, _) = add.finish();
+        assert!(ok, "{}: {printed}", pod.name);
+    }
+    for (pod, ns) in pods.iter().zip(&nss) {
+        assert_eq!(ns.mac("eth0"), pod.vmis[0].mac);
+    }
+    let log = received(&sim);
+    // 120 calls waited at once (5 s for their IP configurations after hundreds of requests
+    // for their pods and registrations), and the agent never got more than the budget.
+    let busiest = busiest_second(&log);
+    assert!(
+        busiest <= bound(rate),
+        "{busiest} requests within one second, budget {rate}"
+    );
+    // Fair: a waiting call polls again after the others had theirs (every n/rate = 3 s), never
+    // starved: no call waited more than twice that between its registration and its first
+    // poll, or between two polls.
+    let gaps = longest_poll_gaps(&log);
+    assert_eq!(gaps.len(), n, "every call registered and polled");
+    let (vmi, longest) = gaps.iter().max_by_key(|(_, g)| **g).unwrap();
+    assert!(
+        *longest <= Duration::from_secs(6),
+        "VMI {vmi} waited {longest:?} between two polls"
+    );
+    del_all(&mut node, &sim, &pods, &cids, &nss);
+}
+
+#[test]
+fn calls_killed_or_stopped_while_they_wait_for_turns_hold_up_nobody() {
+    let (n, rate) = (60, 20);
+    // No call can be done before the kills: their IP configurations come 8 s after their
+    // registrations.
+    let pods = pods(n, 8000);
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    let mut node = node(&sim, rate, 30);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let adds: Vec<Add> = pods
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    // A third of the calls booked turns and are then killed, another third frozen, while the
+    // queue of turns is seconds long.
+    wait_for("the queue of turns", Duration::from_secs(10), || {
+        received(&sim).len() >= n
+    });
+    for add in adds.iter().step_by(3) {
+        add.signal("-KILL");
+    }
+    for add in adds.iter().skip(1).step_by(3) {
+        add.signal("-STOP");
+    }
+    let mut stopped = Vec::new();
+    for (i, add) in adds.into_iter().enumerate() {
+        match i % 3 {
+            0 => assert!(!add.finish().0),
+            1 => stopped.push(add),
+            _ => {
+                let (ok, printed, _) = add.finish();
+                assert!(ok, "pod {i}: {printed}");
+            }
+        }
+    }
+    // The others all finished while a third of the node's calls stayed frozen, and the budget
+    // held throughout.
+    let busiest = busiest_second(&received(&sim));
+    assert!(busiest <= bound(rate), "{busiest}");
+    for add in stopped {
+        add.signal("-CONT");
+        add.finish();
+    }
+    del_all(&mut node, &sim, &pods, &cids, &nss);
+}
+
+#[test]
+fn registrations_and_dels_go_before_a_queue_of_polls() {
+    let (n, rate) = (100, 20);
+    let mut pods = pods(n, 60_000);
+    // One more pod, attached before the crowd comes: its DEL comes while they wait.
+    let early = PodSpec::new(vec![VmiSpec::new("default", 201)]);
+    pods.push(early.clone());
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    let mut node = node(&sim, rate, 30);
+    let early_ns = Netns::new();
+    let early_cid = uuid();
+    let conf = node.netconf("1.0.0", "contrail-k8s-cni");
+    let args = early.multus_args(&early_cid);
+    node.call("ADD", &early_cid, &early_ns.path(), "eth0", &args, &conf)
+        .assert_ok();
+    let crowd = &pods[..n];
+    let nss: Vec<Netns> = crowd.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = crowd.iter().map(|_| uuid()).collect();
+    let adds: Vec<Add> = crowd
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    // Every call of the crowd registered and polls, one turn each in a queue of n/rate = 5 s.
+    wait_for("the crowd's registrations", Duration::from_secs(30), || {
+        sim.ports().len() == n + 1
+    });
+    let polled_twice = || {
+        let mut polls: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, request) in received(&sim) {
+            if let Some(path) = request.strip_prefix("GET /vm/") {
+                *polls.entry(path.to_string()).or_default() += 1;
+            }
+        }
+        polls.values().filter(|&&k| k >= 2).count()
+    };
+    wait_for("a round of polls", Duration::from_secs(30), || {
+        polled_twice() >= n
+    });
+    let queue = *longest_poll_gaps(&received(&sim)).values().max().unwrap();
+    assert!(queue >= Duration::from_secs(3), "{queue:?}");
+    let started = Instant::now();
+    node.call("DEL", &early_cid, &early_ns.path(), "eth0", &args, &conf)
+        .assert_ok();
+    let took = started.elapsed();
+    assert!(
+        took < queue / 4,
+        "the DEL took {took:?} with polls queued {queue:?} ahead"
+    );
+    assert_eq!(early_ns.ifnames(), ["lo"]);
+    for add in &adds {
+        add.signal("-KILL");
+    }
+    for add in adds {
+        add.finish();
+    }
+    del_all(&mut node, &sim, crowd, &cids, &nss);
+}
+
+#[test]
+fn a_call_never_waits_for_a_turn_beyond_its_deadline() {
+    let (n, rate, deadline) = (60, 10, Duration::from_secs(3));
+    let pods = pods(n, 0);
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let mut node = node(&sim, rate, deadline.as_secs() as u32);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let adds: Vec<Add> = pods
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    let mut refused = 0;
+    for add in adds {
+        let (ok, printed, took) = add.finish();
+        // 60 calls of 3 requests at 10 a second need 18 s: most get no turn in time, and say
+        // so when they know, not after waiting it out.
+        assert!(
+            took < deadline + Duration::from_secs(1),
+            "{took:?}: {printed}"
+        );
+        if !ok {
+            assert_eq!(printed["code"], 11, "{printed}");
+            let msg = printed["msg"].as_str().unwrap();
+            assert!(msg.contains("request budget"), "{msg}");
+            refused += 1;
+        }
+    }
+    assert!(refused > n / 2, "{refused}");
+    del_all(&mut node, &sim, &pods, &cids, &nss);
+}
+
+#[test]
+fn a_budget_of_another_boot_or_not_ours_neither_blocks_a_call_nor_is_followed() {
+    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+    let budget = fx.node.ports_dir().join(".budget");
+    std::fs::create_dir_all(fx.node.ports_dir()).unwrap();
+    // A schedule booked far ahead by another boot: the magic, another boot's hash, turns
+    // booked for days.
+    let mut page = vec![0u8; 4096];
+    page[..8].copy_from_slice(b"ctrlbgt1");
+    page[8..16].copy_from_slice(&7u64.to_le_bytes());
+    page[16..24].copy_from_slice(&(u64::MAX / 4).to_le_bytes());
+    std::fs::write(&budget, &page).unwrap();
+    let started = Instant::now();
+    fx.add("eth0", "default");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    fx.del("eth0", "default").assert_ok();
+    // Not a schedule at all: a symlink, a FIFO, a file of another size. The call goes on,
+    // pacing only itself, and says so in the node's log; the file is left as it is.
+    let target = fx.node.config_dir.0.join("target");
+    std::fs::write(&target, "not a budget").unwrap();
+    let cases: [(&str, &dyn Fn()); 3] = [
+        ("a symlink", &|| {
+            std::os::unix::fs::symlink(&target, &budget).unwrap()
+        }),
+        ("a FIFO", &|| {
+            sh("mkfifo", &[budget.to_str().unwrap()]);
+        }),
+        ("another size", &|| {
+            std::fs::write(&budget, [1u8; 100]).unwrap()
+        }),
+    ];
+    let refusals = || fx.node.log().matches("request budget").count();
+    for (what, make) in cases {
+        std::fs::remove_file(&budget).unwrap();
+        make();
+        let before = refusals();
+        fx.add("eth0", "default");
+        fx.del("eth0", "default").assert_ok();
+        assert!(refusals() > before, "{what}: {}", fx.node.log());
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "not a budget");
+    assert_eq!(std::fs::read(&budget).unwrap(), [1u8; 100]);
+}
+
+#[test]
+fn what_a_pods_teardown_costs_the_agent() {
+    // The agent has no per-VMI DELETE for ports registered with POST /vm (DELETE /port/<vmi>
+    // touches only POST /port's entries): a DEL drops the pod's ports and registers the others
+    // again. Multus DELs a pod's attachments in reverse order.
+    let requests = |netns_gone: bool| {
+        let fx = Fixture::new(vec![
+            VmiSpec::new("default", 1),
+            VmiSpec::new("net-a", 2),
+            VmiSpec::new("net-a", 3),
+            VmiSpec::new("net-b", 4),
+        ]);
+        let attachments = [
+            ("eth0", "default"),
+            ("net1", "net-a"),
+            ("net2", "net-a"),
+            ("net3", "net-b"),
+        ];
+        for (ifname, network) in attachments {
+            fx.add(ifname, network);
+        }
+        if netns_gone {
+            fx.remove_netns();
+        }
+        let before = fx.sim.get("/sim/requests");
+        for (ifname, network) in attachments.iter().rev() {
+            fx.del(ifname, network).assert_ok();
+        }
+        assert!(fx.sim.ports().is_empty());
+        assert!(!fx.node.pod_dir_exists(&fx.pod));
+        assert_eq!(fx.node.leftovers(), [] as [String; 0]);
+        for vmi in &fx.pod.vmis {
+            assert!(!host_link_exists(&host_ifname(&vmi.uuid)));
+        }
+        let after = fx.sim.get("/sim/requests");
+        let count =
+            |kind: &str| after[kind].as_u64().unwrap_or(0) - before[kind].as_u64().unwrap_or(0);
+        (count("DELETE /vm/<vm-uuid> 200"), count("POST /vm 200"))
+    };
+    // With the namespace alive, each DEL re-registers the attachments that stay: 4 DELETEs and
+    // 3 + 2 + 1 POSTs, N(N+1)/2 requests in all.
+    assert_eq!(requests(false), (4, 6));
+    // With it gone (a node rebooted, the runtime removed it), the first DEL drops the pod's
+    // ports and registers nothing again: the others' interfaces went with the namespace.
+    assert_eq!(requests(true), (1, 0));
+}
