@@ -51,7 +51,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         let mut add = Add {
             env: call.env,
             conf: call.conf,
-            agent: Agent::new(contrail).stop_when(move || stop.requested()),
+            agent: Agent::new(contrail, call.started).stop_when(move || stop.requested()),
             links,
             ctr: Socket::open(&netns)?,
             netns,
@@ -81,6 +81,9 @@ struct Add<'a> {
 /// The claims an ADD recorded.
 struct Claimed {
     records: Vec<Record>,
+    /// What each record replaced: this attachment's own record, when a retried ADD rewrote it
+    /// (the attachment was there before the call, registered), which a rollback puts back.
+    prior: Vec<Option<Record>>,
     /// Whether one was an older sandbox's, which may have registered it.
     took_over: bool,
 }
@@ -128,21 +131,35 @@ impl Add<'_> {
         }
         let wanted = self.choose(vmis, files)?;
         let cid = &self.env.container_id;
-        // An interrupted ADD's attachment may have its interface already: it is replaced. Any
-        // other name (a new claim, a reservation) must be free in the pod.
+        let prior: Vec<Option<Record>> = wanted
+            .iter()
+            .map(|w| {
+                let own = |h: &&Record| h.vmi_uuid == w.vmi.uuid && h.is(cid, &w.ifname);
+                files.records.iter().find(own).cloned()
+            })
+            .collect();
+        // A retried or interrupted ADD's attachment may have its interface already: it is
+        // replaced, but only when the link of that name in the pod is that interface, not
+        // something a pod put there meanwhile. Any other name (a new claim, a reservation) must
+        // be free in the pod. Both before anything changes.
+        for old in prior.iter().flatten() {
+            if links::in_the_way(&mut self.links, &mut self.ctr, old)? {
+                return Err(Error::Interface(Conflict::NameTaken {
+                    name: old.ifname.clone(),
+                    netns: self.env.netns.clone(),
+                }));
+            }
+        }
         let new_names: Vec<&str> = wanted
             .iter()
-            .filter(|w| {
-                !files
-                    .records
-                    .iter()
-                    .any(|h| h.vmi_uuid == w.vmi.uuid && h.is(cid, &w.ifname))
-            })
-            .map(|w| w.ifname.as_str())
+            .zip(&prior)
+            .filter(|(_, old)| old.is_none())
+            .map(|(w, _)| w.ifname.as_str())
             .collect();
         links::check_free(&mut self.ctr, &self.netns, &new_names)?;
         let mut claimed = Claimed {
             records: Vec::new(),
+            prior,
             took_over: false,
         };
         for w in &wanted {
@@ -165,6 +182,7 @@ impl Add<'_> {
                 w,
                 self.links.host_name(&w.vmi.uuid),
             );
+            record.mtu = self.conf.contrail.mtu.to_string();
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
             }
@@ -302,23 +320,37 @@ impl Add<'_> {
                 failed
             }
             Ok((mut pod, files)) => {
-                let ours = |r: &&Record| {
+                let ours = |r: &Record| {
                     !files
                         .records
                         .iter()
                         .chain(&files.reserved)
                         .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
                 };
-                let links: Vec<Record> = made.links.iter().filter(ours).cloned().collect();
-                let claims: Vec<Record> = claimed.records.iter().filter(ours).cloned().collect();
-                let mut failed = teardown::undo(
+                let links: Vec<Record> = made.links.iter().filter(|r| ours(r)).cloned().collect();
+                let mut failed = Vec::new();
+                let mut claims = Vec::new();
+                for (r, old) in claimed.records.iter().zip(&claimed.prior) {
+                    match old {
+                        _ if !ours(r) => {}
+                        // The attachment was there before this call, registered: its record
+                        // goes back as it was (before the agent is brought in line, below).
+                        Some(old) => failed.extend(
+                            pod.write(old)
+                                .map_err(Error::io("restoring state in", pod.path()))
+                                .err(),
+                        ),
+                        None => claims.push(r.clone()),
+                    }
+                }
+                failed.extend(teardown::undo(
                     &self.agent,
                     &mut self.links,
                     &mut pod,
                     &links,
                     &claims,
                     registered,
-                );
+                ));
                 failed.extend(teardown::close(pod).err());
                 failed
             }
@@ -350,6 +382,9 @@ fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Record {
         network: vmi.network.clone(),
         mac: vmi.mac.to_string(),
         default_gw: w.default_gw,
+        mtu: String::new(),
+        claimed_boot: crate::files::boot_id(),
+        claimed_uptime_ms: crate::files::uptime().as_millis().to_string(),
         vlan: None,
     }
 }

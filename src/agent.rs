@@ -100,7 +100,9 @@ pub enum Poll<T> {
 }
 
 impl Agent {
-    pub fn new(conf: &Contrail) -> Agent {
+    /// A client for a call that started at `start`: its every wait ends by `start` +
+    /// poll-timeout x poll-retries.
+    pub fn new(conf: &Contrail, start: Instant) -> Agent {
         let addr = std::net::SocketAddr::new(conf.vrouter_ip, conf.vrouter_port);
         let connect = conf.poll_timeout.min(Duration::from_secs(1));
         let http = http::Client::new(addr, connect, MAX_BODY);
@@ -108,7 +110,6 @@ impl Agent {
             std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
             std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),
         };
-        let start = Instant::now();
         Agent {
             http,
             base,
@@ -120,6 +121,16 @@ impl Agent {
             budget: Budget::new(&conf.config_dir, conf.agent_rate),
             rate: conf.agent_rate,
         }
+    }
+
+    /// When the call's every wait ends.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// When the call started.
+    pub fn started(&self) -> Instant {
+        self.start
     }
 
     /// Whether this node registers its ports with the agent; a nested node never does, so
@@ -271,9 +282,19 @@ impl Agent {
                         "GET {path}: 404, the agent does not know the pod yet"
                     )));
                 };
-                vmi::check_owner(&vmis, &pod.namespace, &pod.name)
-                    .map_err(|why| agent.fault(Method::Get, &path, AgentFault::Refused(why)))?;
-                if vmi::complete(&vmis) {
+                let refused = |why| agent.fault(Method::Get, &path, AgentFault::Refused(why));
+                vmi::check_owner(&vmis, &pod.namespace, &pod.name).map_err(refused)?;
+                if vmi::complete(&vmis).map_err(refused)? {
+                    for v in &vmis {
+                        if let Some((key, value)) = &v.ignored {
+                            log::warn!(
+                                "VMI {}: ignoring its {key} annotation {}: neither true/yes/1 \
+                                 nor false/no/0",
+                                v.uuid,
+                                crate::logging::Shown(value)
+                            );
+                        }
+                    }
                     return Ok(Poll::Ready(vmis));
                 }
                 let n = vmis.first().map_or(0, |v| v.count);

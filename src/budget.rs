@@ -212,12 +212,12 @@ fn now_ns() -> u64 {
 
 /// The kernel's id of this boot, hashed (FNV-1a); 0 when it cannot be read.
 fn boot() -> u64 {
-    let id = std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let id = files::boot_id();
     if id.is_empty() {
         return 0;
     }
-    id.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 

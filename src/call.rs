@@ -2,6 +2,7 @@
 //! where their state is. `add`, `del` and `check` are built on it.
 
 use std::path::Path;
+use std::time::Instant;
 
 use crate::cni::Env;
 use crate::config::{Mode, NetConf};
@@ -17,6 +18,9 @@ pub struct Call<'a> {
     pub pod: Option<&'a Pod>,
     /// The VMIs the call acted on, for its log line.
     pub vmis: Vec<String>,
+    /// When the call started: its every wait (for the agent, for a lock) ends by then +
+    /// poll-timeout x poll-retries.
+    pub started: Instant,
 }
 
 /// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
@@ -44,9 +48,14 @@ impl Call<'_> {
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
     pub(crate) fn lock(&self, state: &StateDir, vm_name: &str) -> Result<Lock> {
         let ifname = self.ifname().unwrap_or("");
+        let deadline = self.started + self.conf.contrail.poll_budget();
         state
-            .lock_attachment(vm_name, &self.env.container_id, ifname)
-            .map_err(Error::io("locking the attachment in", state.path()))
+            .lock_attachment(vm_name, &self.env.container_id, ifname, deadline)
+            .map_err(Error::locking(
+                "locking the attachment in",
+                state.path(),
+                self.started,
+            ))
     }
 
     fn covers(&self, r: &Record) -> bool {

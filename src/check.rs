@@ -27,7 +27,7 @@ pub fn check(call: &mut Call) -> Result<()> {
         return Err(not_recorded(call).into());
     }
     let contrail = &call.conf.contrail;
-    let agent = Agent::new(contrail);
+    let agent = Agent::new(contrail, call.started);
     let (pod, files) = teardown::open(&agent, &state, &vm_name)?;
     let ours = call.ours(files);
     teardown::close(pod)?;

@@ -266,10 +266,7 @@ impl NodeFile {
     pub fn describe(&self) -> String {
         match &self.path {
             Some(p) => p.display().to_string(),
-            None => format!(
-                "the node-wide file (a *contrail.conf in {}; there is none now)",
-                self.dir.display()
-            ),
+            None => format!("none: there is no *contrail.conf in {}", self.dir.display()),
         }
     }
 }
@@ -735,6 +732,26 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
         node_file: node.file.clone(),
         contrail,
     })
+}
+
+impl NetConf {
+    /// A DEL's config when its stdin cannot be read (a NAD edited into nonsense, a runtime's
+    /// cache cut short): the node's settings alone, which are all a DEL needs besides its
+    /// environment. A pod must be able to go whatever its network's config became.
+    pub fn node_only(node: &Node) -> NetConf {
+        NetConf {
+            cni_version: Version::NEWEST,
+            network: "?".into(),
+            prev_result: None,
+            runtime_config: None,
+            args: None,
+            valid_attachments: None,
+            warnings: Vec::new(),
+            refused: Vec::new(),
+            node_file: node.file.clone(),
+            contrail: node.contrail.clone(),
+        }
+    }
 }
 
 fn parse_mode(s: &str) -> std::result::Result<Mode, String> {

@@ -52,7 +52,7 @@ fn remove(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
         return Ok(());
     }
     let contrail = &call.conf.contrail;
-    let agent = Agent::new(contrail);
+    let agent = Agent::new(contrail, call.started);
     let (mut pod, files) = teardown::open(&agent, state, vm_name)?;
     let ours = call.ours(files);
     let mut links = Links::new(contrail)?;

@@ -270,6 +270,10 @@ pub enum Error {
         ahead: Duration,
         waited: Duration,
     },
+    /// Another call held a lock this call needs for longer than this call's deadline: it is
+    /// stopped or stuck; the runtime retries.
+    #[error("{what}: another call has held it for longer than this call's deadline (poll-timeout x poll-retries, {:.1}s): it may be stopped or stuck; try again later", waited.as_secs_f64())]
+    Busy { what: String, waited: Duration },
     /// A DEL of the attachment came while this ADD waited for the agent: the ADD stops.
     #[error("stopped waiting for {what}: a DEL of this attachment came while it was being added")]
     Abandoned { what: String },
@@ -311,8 +315,8 @@ fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
     let keys: Vec<String> = keys.iter().map(|k| format!("contrail.{k}")).collect();
     format!(
         "invalid network config: {}: the config of network {network:?} sets node-scoped \
-         settings to other values than the node's; only the node-wide file {node_file} may set \
-         them: remove them from the network's config (NetworkAttachmentDefinition)",
+         settings to other values than the node's; only the node-wide file ({node_file}) may \
+         set them: remove them from the network's config (NetworkAttachmentDefinition)",
         keys.join(", ")
     )
 }
@@ -358,6 +362,10 @@ fn several_message(first: &Error, also: &[Error], during: During) -> String {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The most characters of an error object's `msg`: the longest real message (a rollback that
+/// also failed, with its agent and paths) fits; a flood from an answer does not.
+const MAX_MSG: usize = 2048;
+
 impl Error {
     pub fn env(var: &str, why: impl fmt::Display) -> Error {
         Error::Env {
@@ -377,6 +385,23 @@ impl Error {
     pub fn io(what: &str, path: &std::path::Path) -> impl FnOnce(io::Error) -> Error {
         let what = format!("{what} {}", path.display());
         move |source| Error::Io { what, source }
+    }
+
+    /// A failure to take a lock in `path` for `what`: a lock held past the call's deadline
+    /// ([`Error::Busy`], which the runtime retries), or an I/O error.
+    pub(crate) fn locking(
+        what: &str,
+        path: &std::path::Path,
+        since: std::time::Instant,
+    ) -> impl FnOnce(io::Error) -> Error {
+        let what = format!("{what} {}", path.display());
+        move |source| match source.kind() {
+            io::ErrorKind::TimedOut => Error::Busy {
+                what: format!("{what}: {source}"),
+                waited: since.elapsed(),
+            },
+            _ => Error::Io { what, source },
+        }
     }
 
     /// `first`, with the failures that came after it `during` something, if any.
@@ -412,9 +437,10 @@ impl Error {
                 fault: AgentFault::Refused(_),
                 ..
             } => code::DECODE,
-            Error::Agent { .. } | Error::TimedOut { .. } | Error::NoTurn { .. } => {
-                code::TRY_AGAIN_LATER
-            }
+            Error::Agent { .. }
+            | Error::TimedOut { .. }
+            | Error::NoTurn { .. }
+            | Error::Busy { .. } => code::TRY_AGAIN_LATER,
             Error::Unavailable { .. } => code::NOT_AVAILABLE,
             Error::Internal => code::INTERNAL,
             Error::NoVmi { .. } => code::NO_VMI,
@@ -437,9 +463,12 @@ impl Error {
         )
     }
 
-    /// The CNI error object for a caller that asked for `version`.
+    /// The CNI error object for a caller that asked for `version`. Runtimes put `msg` into pod
+    /// events that people read, and it may quote what a tenant chose (a network name, an agent
+    /// annotation copied from the pod's network selection): escaped and bounded as the log is.
     pub fn to_json(&self, version: &str) -> serde_json::Value {
-        serde_json::json!({"cniVersion": version, "code": self.code(), "msg": self.to_string()})
+        let msg = crate::logging::escaped(&self.to_string(), MAX_MSG);
+        serde_json::json!({"cniVersion": version, "code": self.code(), "msg": msg})
     }
 }
 

@@ -140,6 +140,22 @@ pub(crate) fn is_temp(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".tmp")
 }
 
+/// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`, a uuid); empty when it
+/// cannot be read.
+pub(crate) fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Time since boot on CLOCK_BOOTTIME, which no clock step moves (suspend included).
+pub(crate) fn uptime() -> std::time::Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_or(std::time::Duration::ZERO, |t| {
+            std::time::Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+        })
+}
+
 /// Whether a file was last written before this boot: a call in flight never leaves one, only
 /// a machine that went down. The boot time is the wall clock now minus the time since boot, as
 /// the kernel itself reports it (`btime`), so a wall clock stepped forward after boot by more

@@ -57,6 +57,9 @@ pub(crate) struct Observed {
     pub container_if: bool,
     pub host_if: bool,
     pub agent: AgentView,
+    /// What CHECK would find different, when there is an interface and an IP configuration to
+    /// compare it with ([`crate::interface::Spec::verify`]: the same comparison).
+    pub differs: Option<String>,
 }
 
 /// A verdict: on an attachment, or on something no attachment explains.
@@ -68,6 +71,8 @@ pub(crate) enum Finding {
     NoIpConfig,
     RegisteredAs(String),
     AgentUnreachable,
+    /// What CHECK reports: the interface differs from what ADD made.
+    Differs(String),
     EmptyPodDirectory,
     DeregistrationPending,
     /// An attachment whose ADD failed: it keeps its VMI, without an interface.
@@ -92,6 +97,7 @@ impl Finding {
             Finding::NoIpConfig => "agent has no IP configuration for it".into(),
             Finding::RegisteredAs(h) => format!("agent has it as {h}"),
             Finding::AgentUnreachable => "agent unreachable".into(),
+            Finding::Differs(what) => what.clone(),
             Finding::EmptyPodDirectory => "empty pod directory".into(),
             Finding::DeregistrationPending => "deregistration pending".into(),
             Finding::Failed => "ADD failed: holds its VMI, no interface".into(),
@@ -113,7 +119,7 @@ impl Finding {
         match self {
             Finding::Ok => "-".into(),
             Finding::StaleSandbox => "GC releases it (the sandbox's DEL never came)".into(),
-            Finding::InterfaceMissing | Finding::RegisteredAs(_) => {
+            Finding::InterfaceMissing | Finding::RegisteredAs(_) | Finding::Differs(_) => {
                 "delete the pod: its new sandbox gets all its interfaces".into()
             }
             Finding::NoIpConfig => {
@@ -154,7 +160,10 @@ pub(crate) fn health(record: &Record, o: &Observed) -> Finding {
             Finding::RegisteredAs(h.clone())
         }
         (_, _, AgentView::Unreachable) => Finding::AgentUnreachable,
-        _ => Finding::Ok,
+        _ => match &o.differs {
+            Some(what) => Finding::Differs(what.clone()),
+            None => Finding::Ok,
+        },
     }
 }
 
@@ -180,20 +189,34 @@ fn observe(
         .flatten()
         .is_some_and(|h| r.vlan.is_none() || h.vlan == r.vlan);
     let netns = Netns::open(Path::new(&r.netns)).ok();
-    let link = netns.as_ref().and_then(|ns| {
-        let mut sock = Socket::open(ns).ok()?;
+    let mut sock = netns.as_ref().and_then(|ns| Socket::open(ns).ok());
+    let link = sock.as_mut().and_then(|sock| {
         let link = sock.link(&r.ifname).ok()??;
         let addrs = sock.addrs(link.index).unwrap_or_default();
         Some((link, addrs))
     });
-    let agent_view = match agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout) {
+    let ip = agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
+    let agent_view = match &ip {
         // A nested node registers nothing: the IP configuration is all there is to see.
         Ok(Some(_)) if !agent.registers() => AgentView::Configured,
         Ok(Some(ip)) => ip
             .registered_as
+            .clone()
             .map_or(AgentView::NoIpConfig, AgentView::Registered),
         Ok(None) => AgentView::NoIpConfig,
         Err(_) => AgentView::Unreachable,
+    };
+    // What CHECK compares, compared the same way: the MTU the attachment was made with.
+    let differs = match (&ip, sock.as_mut()) {
+        (Ok(Some(ip)), Some(sock)) => {
+            let mtu = r.mtu.parse().unwrap_or(conf.mtu);
+            let seen = crate::links::observe(links, sock, r);
+            match (crate::interface::describe(r, ip, mtu), seen) {
+                (Ok(spec), Ok(seen)) => spec.verify(&seen).err().map(|m| m.to_string()),
+                (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
+            }
+        }
+        _ => None,
     };
     let (mac, addrs) = match &link {
         Some((l, a)) => (
@@ -210,6 +233,7 @@ fn observe(
         container_if: link.is_some(),
         host_if,
         agent: agent_view,
+        differs,
     };
     (o, mac, addrs)
 }
@@ -249,7 +273,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    let agent = Agent::new(conf);
+    let agent = Agent::new(conf, std::time::Instant::now());
     if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
         for vm_name in state.pods().map_err(Error::io("reading", dir))? {
             let files = state
@@ -455,6 +479,7 @@ mod tests {
             container_if: ifs,
             host_if: ifs,
             agent,
+            differs: None,
         }
     }
 
@@ -478,6 +503,13 @@ mod tests {
                 seen(true, true, AgentView::Unreachable),
                 Finding::AgentUnreachable,
             ),
+            (
+                Observed {
+                    differs: Some("interface net1 is down".into()),
+                    ..seen(true, true, ours())
+                },
+                Finding::Differs("interface net1 is down".into()),
+            ),
         ];
         for (observed, finding) in cases {
             assert_eq!(health(&r, &observed), finding, "{observed:?}");
@@ -497,6 +529,7 @@ mod tests {
             (Finding::NoIpConfig, "check the VMI and its IPAM"),
             (Finding::RegisteredAs("tapx".into()), "delete the pod"),
             (Finding::AgentUnreachable, "check the vRouter agent"),
+            (Finding::Differs("x".into()), "delete the pod"),
             (Finding::EmptyPodDirectory, "or GC, removes it"),
             (
                 Finding::DeregistrationPending,

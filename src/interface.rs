@@ -108,6 +108,22 @@ pub struct LinkSeen {
     pub up: bool,
     /// A VLAN link's tag.
     pub vlan: Option<u16>,
+    /// A veth end.
+    pub veth: bool,
+    /// The device it sits on (a veth's peer, a macvlan's VLAN link), and whether that is in
+    /// another network namespace.
+    pub lower: Option<u32>,
+    pub lower_elsewhere: bool,
+}
+
+/// Whether `pod`, the link in the pod, is the one whose host side is `host`: it sits on the host
+/// side's index in another namespace (a veth's peer, a macvlan's VLAN link), and a veth's host
+/// end sits on it in turn. A look-alike a pod made itself (a veth of its own with the VMI's MAC,
+/// MTU and addresses, once the real one was renamed away) has its peer in the pod, and the host
+/// end still leads to the real one. Shared by CHECK, `inspect` and a retried ADD.
+pub fn leads_to(pod: &LinkSeen, host: &LinkSeen) -> bool {
+    let sits_on_host = pod.lower == Some(host.index) && pod.lower_elsewhere;
+    sits_on_host && (!host.veth || host.lower == Some(pod.index))
 }
 
 /// What the kernel shows of an attachment: its link in the pod with that link's addresses, the
@@ -144,6 +160,12 @@ pub enum Mismatch {
     RegisteredAs {
         vmi: String,
         has: Option<String>,
+        host_ifname: String,
+    },
+    /// The interface in the pod is not the one attached to the host side (a look-alike, or the
+    /// attachment's interface renamed away and another given its name).
+    NotAttached {
+        ifname: String,
         host_ifname: String,
     },
     /// An interface is gone.
@@ -228,6 +250,14 @@ impl fmt::Display for Mismatch {
             Mismatch::Missing { ifname, place } => {
                 write!(f, "interface {ifname} is missing from {place}")
             }
+            Mismatch::NotAttached {
+                ifname,
+                host_ifname,
+            } => write!(
+                f,
+                "interface {ifname} in the pod is not the one attached to host interface \
+                 {host_ifname}: the attachment's interface was renamed away or replaced"
+            ),
             Mismatch::Mac { ifname, has, wants } => {
                 write!(
                     f,
@@ -325,6 +355,16 @@ impl Spec {
             ifname: ifname(),
             place: self.netns.clone(),
         })?;
+        let host = seen.host.as_ref().ok_or_else(|| Mismatch::Missing {
+            ifname: self.host_ifname.clone(),
+            place: "the host".into(),
+        })?;
+        if !leads_to(link, host) {
+            return Err(Mismatch::NotAttached {
+                ifname: ifname(),
+                host_ifname: self.host_ifname.clone(),
+            });
+        }
         if link.mac != Some(self.mac) {
             return Err(Mismatch::Mac {
                 ifname: ifname(),
@@ -380,10 +420,6 @@ impl Spec {
                 });
             }
         }
-        let host = seen.host.as_ref().ok_or_else(|| Mismatch::Missing {
-            ifname: self.host_ifname.clone(),
-            place: "the host".into(),
-        })?;
         if host.mtu != self.mtu {
             return Err(Mismatch::Mtu {
                 ifname: self.host_ifname.clone(),
@@ -628,6 +664,9 @@ mod tests {
                 mtu: s.mtu,
                 up: true,
                 vlan: None,
+                veth: true,
+                lower: Some(3),
+                lower_elsewhere: true,
             }),
             addresses: s.addresses.iter().map(|(a, _)| *a).collect(),
             routes,
@@ -637,6 +676,9 @@ mod tests {
                 mtu: s.mtu,
                 up: true,
                 vlan: s.vlan,
+                veth: true,
+                lower: Some(7),
+                lower_elsewhere: true,
             }),
         }
     }
@@ -687,6 +729,27 @@ mod tests {
             (
                 Box::new(|k| k.host = None),
                 "tap000000000001 is missing from the host",
+            ),
+            // A look-alike the pod made: a veth of its own, its peer in the pod.
+            (
+                Box::new(|k| {
+                    let l = k.link.as_mut().unwrap();
+                    (l.index, l.lower, l.lower_elsewhere) = (9, Some(10), false);
+                }),
+                "net1 in the pod is not the one attached to host interface tap000000000001",
+            ),
+            // One that even took the index the host end's peer had, in the pod's namespace.
+            (
+                Box::new(|k| {
+                    k.link.as_mut().unwrap().lower_elsewhere = false;
+                }),
+                "is not the one attached",
+            ),
+            // The host end leads elsewhere (the real one was moved out, a new one took its
+            // name and sits on the host end's index).
+            (
+                Box::new(|k| k.host.as_mut().unwrap().lower = Some(8)),
+                "is not the one attached",
             ),
         ];
         for (break_it, words) in cases {

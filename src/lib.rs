@@ -139,14 +139,29 @@ pub fn run(
     };
     logging::init(contrail.log_file.as_deref(), contrail.log_level);
     let mut line = Line::new(env.as_ref().ok().map(|(e, _)| e));
+    // The pod, as CNI_ARGS names it, also for a call refused before it is looked at.
+    if let Ok((e, _)) = &env {
+        if let Ok(Some(p)) = pod::from_args(&e.args) {
+            line.pod = format!("{}/{}", p.namespace, p.name);
+        }
+    }
     // A metrics label: a known command, never the caller's bytes.
     let command = env.as_ref().map_or("invalid", |(e, _)| e.command.as_str());
     let result = node.and_then(|node| {
-        let ((env, op), stdin) = (env?, stdin?);
+        let (env, op) = env?;
         for w in &node.warnings {
             log::warn!("{w}");
         }
-        let conf = config::parse(&stdin, &node)?;
+        let conf = match stdin.and_then(|stdin| config::parse(&stdin, &node)) {
+            Ok(conf) => conf,
+            // A pod must be able to go whatever its network's config became: DEL needs only
+            // its environment and the node's settings.
+            Err(e) if env.command == Command::Del => {
+                log::warn!("DEL with the node's settings: its network config cannot be read: {e}");
+                config::NetConf::node_only(&node)
+            }
+            Err(e) => return Err(e),
+        };
         *version = conf.cni_version.as_str().to_string();
         line.network = conf.network.clone();
         for w in &conf.warnings {
@@ -161,14 +176,12 @@ pub fn run(
             log::warn!("DEL with the node's settings: {refusal}");
         }
         let pod = pod::from_args(&env.args)?;
-        if let Some(p) = &pod {
-            line.pod = format!("{}/{}", p.namespace, p.name);
-        }
         let mut call = Call {
             env: &env,
             conf: &conf,
             pod: pod.as_ref(),
             vmis: Vec::new(),
+            started,
         };
         let result = dispatch(&mut call, op);
         if !call.vmis.is_empty() {
@@ -212,8 +225,8 @@ fn dispatch(call: &mut Call, op: Op) -> Result<Option<Value>> {
         }
         Op::Del => del::del(call).map(|()| None),
         Op::Check => check::check(call).map(|()| None),
-        Op::Gc => node::gc(conf).map(|()| None),
-        Op::Status => node::status(conf).map(|()| None),
+        Op::Gc => node::gc(conf, call.started).map(|()| None),
+        Op::Status => node::status(conf, call.started).map(|()| None),
     }
 }
 

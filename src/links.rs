@@ -280,7 +280,20 @@ fn seen(l: Link) -> LinkSeen {
         mtu: l.mtu,
         up: l.up,
         vlan: l.vlan,
+        veth: l.kind.as_deref() == Some("veth"),
+        lower: l.lower,
+        lower_elsewhere: l.lower_elsewhere,
     }
+}
+
+/// Whether the pod has a link named as `record`'s interface that is not that interface (it
+/// does not lead to the record's host side): a retried ADD must not take it for its own.
+pub(crate) fn in_the_way(links: &mut Links, ctr: &mut Socket, record: &Record) -> Result<bool> {
+    let Some(pod) = ctr.link(&record.ifname)?.map(seen) else {
+        return Ok(false);
+    };
+    let host = links.host_side(record)?;
+    Ok(!host.is_some_and(|h| crate::interface::leads_to(&pod, &h)))
 }
 
 /// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:

@@ -26,23 +26,30 @@ const MAX_RECORD: usize = 8 * 1024;
 const MAX_SHOWN: usize = 128;
 
 /// Writes `s` with every control character escaped (`\n`, `\u{1b}`, ...), so that it stays on
-/// one line and cannot move the terminal's cursor; at most `max` characters, then a mark.
+/// one line and cannot move the terminal's cursor; at most `max` characters written (escapes
+/// included), then a mark.
 fn escape_into(out: &mut impl fmt::Write, s: &str, max: usize) -> fmt::Result {
-    for (i, c) in s.chars().enumerate() {
-        if i == max {
-            return write!(
-                out,
-                "...({} more bytes)",
-                s.len() - s.char_indices().nth(i).map_or(0, |(b, _)| b)
-            );
+    let mut written = 0;
+    for (at, c) in s.char_indices() {
+        let escaped = c.is_control().then(|| c.escape_default().to_string());
+        let width = escaped.as_ref().map_or(1, |e| e.chars().count());
+        if written + width > max {
+            return write!(out, "...({} more bytes)", s.len() - at);
         }
-        if c.is_control() {
-            write!(out, "{}", c.escape_default())?;
-        } else {
-            out.write_char(c)?;
+        written += width;
+        match escaped {
+            Some(e) => out.write_str(&e)?,
+            None => out.write_char(c)?,
         }
     }
     Ok(())
+}
+
+/// `s` escaped as [`escape_into`] writes it, at most `max` characters.
+pub(crate) fn escaped(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max));
+    let _ = escape_into(&mut out, s, max);
+    out
 }
 
 /// A string someone else chose (a tenant's key, interface name or requested address), as it is
@@ -254,5 +261,9 @@ mod tests {
             shown.ends_with(&format!("...({} more bytes)", 2 * (300 - MAX_SHOWN))),
             "{shown}"
         );
+        // The bound counts what is written: escapes that grow a string count as they are shown.
+        let nuls = "\0".repeat(300);
+        let shown = Shown(&nuls).to_string();
+        assert_eq!(shown, format!("{}...(275 more bytes)", "\\u{0}".repeat(25)));
     }
 }

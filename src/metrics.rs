@@ -227,6 +227,33 @@ fn labels(text: &str) -> Option<Vec<(&str, &str)>> {
 /// anything much larger is not this plugin's.
 const MAX_FILE: u64 = 1 << 20;
 
+/// How long a call waits for another call's update of the metrics file: a writer that is
+/// stopped (SIGSTOP, a frozen cgroup) must not hold every call of the node at its end.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// The metrics file's lock, waited for `wait` at most; past it the call's metrics are skipped
+/// (metrics never fail or hold a call).
+fn lock_within(file: std::fs::File, wait: Duration) -> io::Result<Flock<std::fs::File>> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => return Ok(held),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("another call has held its lock for over {wait:?}: skipped"),
+                ));
+            }
+            Err((_, e)) => return Err(io::Error::from(e)),
+        }
+    }
+}
+
 /// Adds `call` to the metrics file at `path`. The file, its lock and its temp file are opened
 /// as state files are (see [`crate::files`]): a symlink, FIFO or device there is refused.
 pub fn record(path: &Path, call: &Call) -> io::Result<()> {
@@ -240,7 +267,7 @@ pub fn record(path: &Path, call: &Call) -> io::Result<()> {
         OFlag::O_WRONLY | OFlag::O_CREAT,
         0o644,
     )?;
-    let _held = Flock::lock(lock, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))?;
+    let _held = lock_within(lock, LOCK_WAIT)?;
     let mut metrics = match files::read_bounded(&dir, name, MAX_FILE) {
         Ok(bytes) => std::str::from_utf8(&bytes)
             .ok()

@@ -108,6 +108,7 @@ fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
         up: word(8)? & libc::IFF_UP as u32 != 0,
         kind: None,
         lower: None,
+        lower_elsewhere: false,
         vlan: None,
     };
     for attribute in attributes(&payload[16..]) {
@@ -115,6 +116,7 @@ fn parse_link(payload: &[u8]) -> Result<Link, DecodeError> {
         match kind {
             libc::IFLA_IFNAME => link.name = c_string(value)?,
             libc::IFLA_LINK => link.lower = Some(u32_of(value)?),
+            libc::IFLA_LINK_NETNSID => link.lower_elsewhere = true,
             libc::IFLA_MTU => link.mtu = u32_of(value)?,
             // Non-Ethernet links (lo, tunnels) have other address lengths.
             libc::IFLA_ADDRESS => link.mac = value.try_into().ok(),
@@ -309,8 +311,11 @@ pub struct Link {
     pub up: bool,
     /// The link's kind (`veth`, `vlan`, `macvlan`, ...); `None` for a plain device.
     pub kind: Option<String>,
-    /// The device it sits on (`IFLA_LINK`: a VLAN's parent, a macvlan's lower device).
+    /// The device it sits on (`IFLA_LINK`: a VLAN's parent, a macvlan's lower device, a veth's
+    /// peer).
     pub lower: Option<u32>,
+    /// Whether that device is in another network namespace (`IFLA_LINK_NETNSID`).
+    pub lower_elsewhere: bool,
     /// A VLAN's tag.
     pub vlan: Option<u16>,
 }
@@ -1033,6 +1038,7 @@ mod tests {
             up: true,
             kind: Some("vlan".into()),
             lower: Some(3),
+            lower_elsewhere: false,
             vlan: Some(100),
         };
         assert_eq!(parse_link(&vlan).unwrap(), want);

@@ -2,7 +2,7 @@
 //! whether ADD can work), and the sweep that does GC's work where no runtime asks for it.
 
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
 use crate::call::scope;
@@ -18,7 +18,7 @@ use crate::teardown;
 /// interface is alive: Multus forwards GC only to the cluster network, so the list names eth0
 /// alone and the pod's other attachments must survive it. State files this plugin did not
 /// write are left alone. Keeps going after errors and reports them at the end.
-pub fn gc(conf: &NetConf) -> Result<()> {
+pub fn gc(conf: &NetConf, started: Instant) -> Result<()> {
     let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
         Error::config(
             "cni.dev/valid-attachments",
@@ -26,7 +26,7 @@ pub fn gc(conf: &NetConf) -> Result<()> {
         )
     })?;
     let live: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
-    release_where(&conf.contrail, "GC", |r| {
+    release_where(&conf.contrail, "GC", started, |r| {
         !live.contains(r.container_id.as_str())
     })
 }
@@ -36,25 +36,57 @@ pub fn gc(conf: &NetConf) -> Result<()> {
 /// whose sandbox is provably gone (its network namespace no longer exists) and whose claim is
 /// older than `grace`. A live sandbox, or one whose namespace path proves nothing, is kept.
 pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64();
-    release_where(conf, "sweep", |r| {
-        let age = r.time.parse::<f64>().map_or(0.0, |t| now - t);
-        age >= grace.as_secs_f64() && crate::netlink::netns_gone(&r.netns)
+    let now = Claimed {
+        boot: crate::files::boot_id(),
+        uptime: crate::files::uptime(),
+        wall: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default(),
+    };
+    release_where(conf, "sweep", Instant::now(), |r| {
+        crate::netlink::netns_gone(&r.netns) && now.older(r, grace)
     })
+}
+
+/// Now, as a claim's age is measured.
+struct Claimed {
+    boot: String,
+    uptime: Duration,
+    wall: Duration,
+}
+
+impl Claimed {
+    /// Whether record `r` was claimed more than `grace` ago. Measured on CLOCK_BOOTTIME, which
+    /// no clock step moves, when the claim was made in this boot; a claim of an earlier boot is
+    /// old (every sandbox of that boot is gone). A record without those times (0.1's) has only
+    /// its wall-clock time: one in the future (a clock stepped back since) counts as old too.
+    fn older(&self, r: &Record, grace: Duration) -> bool {
+        if !r.claimed_boot.is_empty() && r.claimed_boot != self.boot {
+            return true;
+        }
+        if let Ok(ms) = r.claimed_uptime_ms.parse::<u64>() {
+            return self.uptime.saturating_sub(Duration::from_millis(ms)) >= grace;
+        }
+        let at = r.time.parse::<f64>().unwrap_or(0.0);
+        let age = self.wall.as_secs_f64() - at;
+        age < 0.0 || age >= grace.as_secs_f64()
+    }
 }
 
 /// Finishes what is pending in every pod and removes what killed calls left, then releases the
 /// attachments and reservations (of this version's state files) that `picked` picks, skipping
 /// any a call is working on. Keeps going after errors and reports them all at the end.
-fn release_where(conf: &Contrail, who: &str, picked: impl Fn(&Record) -> bool) -> Result<()> {
+fn release_where(
+    conf: &Contrail,
+    who: &str,
+    started: Instant,
+    picked: impl Fn(&Record) -> bool,
+) -> Result<()> {
     let dir = &conf.config_dir;
     let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
         return Ok(());
     };
-    let agent = Agent::new(conf);
+    let agent = Agent::new(conf, started);
     let mut links = Links::new(conf)?;
     let (mut released, mut failed) = (0, Vec::new());
     for vm_name in state.pods().map_err(Error::io("reading", dir))? {
@@ -140,6 +172,6 @@ fn release_in(
 }
 
 /// STATUS: ready when the agent answers.
-pub fn status(conf: &NetConf) -> Result<()> {
-    Agent::new(&conf.contrail).reachable()
+pub fn status(conf: &NetConf, started: Instant) -> Result<()> {
+    Agent::new(&conf.contrail, started).reachable()
 }

@@ -25,6 +25,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::dir::Type;
 use nix::errno::Errno;
@@ -44,6 +45,8 @@ use crate::vmi::{Claim, valid_uuid};
 pub const STATE_VERSION: &str = "1";
 /// The locks' directory, in `config-dir`.
 const LOCKS: &str = ".locks";
+/// The longest pause between two tries of a busy lock.
+const MAX_LOCK_PAUSE: Duration = Duration::from_millis(10);
 /// Version 0.1.0's marker of a pending deregistration (a file holding the pod's vm-uuid); read
 /// so that one an upgrade finds is finished.
 const LEGACY_RESYNC: &str = ".resync";
@@ -91,6 +94,25 @@ pub struct Record {
     /// like the agent's own keys, absent from files the agent wrote.
     #[serde(rename = "default-gw", default, with = "string_bool")]
     pub default_gw: bool,
+    /// The MTU the attachment was made with (the network's config may set it), for `inspect`
+    /// to compare as CHECK does; absent from older files.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mtu: String,
+    /// The boot the claim was made in (the kernel's boot_id) and when, in ms since that boot
+    /// (CLOCK_BOOTTIME): times no clock step moves, for the sweep's grace. Absent from files of
+    /// 0.1 and the agent's own.
+    #[serde(
+        rename = "claimed-boot",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub claimed_boot: String,
+    #[serde(
+        rename = "claimed-uptime-ms",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub claimed_uptime_ms: String,
     /// Nested mode: the VLAN tag of the attachment's sub-interface.
     #[serde(
         rename = "vlan-id",
@@ -280,8 +302,8 @@ impl StateDir {
 
     /// Takes the pod's lock, and removes the temp files a killed writer left (every writer
     /// holds the lock, so any temp file seen here is stale).
-    pub fn lock_pod(&self, vm_name: &str) -> io::Result<PodDir> {
-        let lock = Lock::take(self, vm_name.to_string())?;
+    pub fn lock_pod(&self, vm_name: &str, deadline: Instant) -> io::Result<PodDir> {
+        let lock = Lock::take(self, vm_name.to_string(), deadline)?;
         self.pod_dir(vm_name, lock)
     }
 
@@ -321,8 +343,13 @@ impl StateDir {
         vm_name: &str,
         container_id: &str,
         ifname: &str,
+        deadline: Instant,
     ) -> io::Result<Lock> {
-        Lock::take(self, attachment_lock(vm_name, container_id, ifname))
+        Lock::take(
+            self,
+            attachment_lock(vm_name, container_id, ifname),
+            deadline,
+        )
     }
 
     /// [`StateDir::lock_attachment`] if no call holds it now.
@@ -676,18 +703,26 @@ pub struct Lock {
 }
 
 impl Lock {
-    fn take(state: &StateDir, name: String) -> io::Result<Lock> {
+    /// The lock, waited for until `deadline` at most: a holder that is stopped (SIGSTOP, a
+    /// frozen cgroup) or slow never holds a call up beyond its own deadline. Past it, an error
+    /// of kind `TimedOut` (see [`crate::error::Error::locking`]). Asked again and again with a
+    /// pause that grows to [`MAX_LOCK_PAUSE`]: a blocking flock cannot be given a deadline.
+    fn take(state: &StateDir, name: String, deadline: Instant) -> io::Result<Lock> {
         let locks = state.locks()?;
+        let mut pause = Duration::from_millis(1);
         loop {
-            let file = Lock::open(&locks, &name)?;
-            let file = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io(e))?;
-            if Lock::current(&locks, &name, &file)? {
-                return Ok(Lock {
-                    _file: file,
-                    locks,
-                    name,
-                });
+            if let Some(lock) = Lock::try_take(&locks, &name)? {
+                return Ok(lock);
             }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("lock {LOCKS}/{name} is held by another call"),
+                ));
+            }
+            std::thread::sleep(pause.min(left));
+            pause = (pause * 2).min(MAX_LOCK_PAUSE);
         }
     }
 
@@ -890,8 +925,12 @@ impl PodDir {
 mod tests {
     use super::*;
     use std::fs;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
-    use std::time::{Duration, Instant};
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    /// A deadline no test reaches.
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
 
     fn tempdir(tag: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("ck8s-state-{tag}-{}", std::process::id()));
@@ -914,6 +953,9 @@ mod tests {
             network: "net-a".into(),
             mac: "02:00:00:00:00:01".into(),
             default_gw: false,
+            mtu: String::new(),
+            claimed_boot: String::new(),
+            claimed_uptime_ms: String::new(),
             vlan: None,
         }
     }
@@ -937,7 +979,7 @@ mod tests {
     fn write_read_remove_close_and_permissions() {
         let root = tempdir("rw");
         let state = StateDir::open(&root).unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         assert!(!root.join(POD).exists(), "no directory before a file");
         pod.write(&record(A, "c1", "net1")).unwrap();
         pod.write(&record(B, "c1", "net2")).unwrap();
@@ -963,7 +1005,7 @@ mod tests {
         pod.close().unwrap();
         assert_eq!(names(&root.join(POD)), [B], "a pod with a file stays");
         assert_eq!(names(&root.join(LOCKS)), [POD], "and so does its lock");
-        let pod = state.lock_pod(POD).unwrap();
+        let pod = state.lock_pod(POD, later()).unwrap();
         pod.remove(B).unwrap();
         pod.close().unwrap();
         assert!(!root.join(POD).exists());
@@ -978,7 +1020,7 @@ mod tests {
     fn a_call_with_nothing_to_write_leaves_no_directory() {
         let root = tempdir("noop");
         let state = StateDir::open(&root).unwrap();
-        state.lock_pod(POD).unwrap().close().unwrap();
+        state.lock_pod(POD, later()).unwrap().close().unwrap();
         assert_eq!(names(&root), [LOCKS]);
         assert!(names(&root.join(LOCKS)).is_empty());
         fs::remove_dir_all(&root).unwrap();
@@ -988,12 +1030,12 @@ mod tests {
     fn temp_files_of_killed_writers_go_when_the_pod_is_locked() {
         let root = tempdir("tmp");
         let state = StateDir::open(&root).unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         pod.write(&record(A, "c1", "net1")).unwrap();
         drop(pod);
         fs::write(root.join(POD).join(format!(".{B}.tmp")), "{ half").unwrap();
         assert_eq!(state.read_pod(POD).unwrap().temps, [format!(".{B}.tmp")]);
-        let pod = state.lock_pod(POD).unwrap();
+        let pod = state.lock_pod(POD, later()).unwrap();
         assert_eq!(names(pod.path()), [A]);
         fs::remove_dir_all(&root).unwrap();
     }
@@ -1015,7 +1057,7 @@ mod tests {
         let root = tempdir("torn");
         let state = StateDir::open(&root).unwrap();
         state
-            .lock_pod(POD)
+            .lock_pod(POD, later())
             .unwrap()
             .write(&record(A, "c1", "eth0"))
             .unwrap();
@@ -1055,7 +1097,7 @@ mod tests {
             [c, d],
             "a future version's file, a torn one of this boot"
         );
-        let pod = state.lock_pod(POD).unwrap();
+        let pod = state.lock_pod(POD, later()).unwrap();
         let files = pod.files().unwrap();
         assert!(files.torn.is_empty());
         let claimed: Vec<String> = files.claims().into_iter().map(|c| c.vmi).collect();
@@ -1070,7 +1112,7 @@ mod tests {
     fn agent_written_corrupt_and_future_files() {
         let root = tempdir("corrupt");
         let state = StateDir::open(&root).unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         pod.write(&record(B, "c1", "net1")).unwrap();
         // A file the agent wrote from a legacy plugin's POST: no keys of ours.
         let agent = serde_json::json!({"time": "t", "vm-id": "c0", "vm-uuid": "40936d96-cf0e-11e8-9892-002590aaa964",
@@ -1120,7 +1162,7 @@ mod tests {
         assert_eq!(state.pods().unwrap(), [] as [String; 0]);
         assert!(!state.has_pod(POD).unwrap());
         assert_eq!(state.strays().unwrap(), [POD]);
-        let err = match state.lock_pod(POD) {
+        let err = match state.lock_pod(POD, later()) {
             Ok(mut pod) => pod.write(&record(A, "c1", "net1")).unwrap_err(),
             Err(e) => e,
         };
@@ -1131,7 +1173,7 @@ mod tests {
         // A temp file that is a symlink: its target is not overwritten.
         let target = outside.join("precious");
         fs::write(&target, "keep").unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         pod.write(&record(B, "c1", "net1")).unwrap();
         symlink(&target, root.join(POD).join(format!(".{A}.tmp"))).unwrap();
         pod.write(&record(A, "c1", "net2")).unwrap();
@@ -1141,7 +1183,7 @@ mod tests {
         // A dangling lock symlink: its target is not created.
         let planted = outside.join("planted");
         symlink(&planted, root.join(LOCKS).join("k8s__default__q")).unwrap();
-        assert!(state.lock_pod("k8s__default__q").is_err());
+        assert!(state.lock_pod("k8s__default__q", later()).is_err());
         assert!(!planted.exists());
 
         // A FIFO and a symlink to /dev/zero as state files: unreadable at once, no hang.
@@ -1171,34 +1213,28 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_on_a_lock_removed_under_it_starts_over() {
+    fn a_lock_held_past_the_deadline_is_refused_and_one_removed_is_taken_fresh() {
         let root = tempdir("lock");
         let state = StateDir::open(&root).unwrap();
-        let first = state.lock_pod(POD).unwrap();
+        let first = state.lock_pod(POD, later()).unwrap();
+        // A holder that never lets go (stopped, stuck) holds nobody beyond their deadline.
+        let started = Instant::now();
+        let busy = state.lock_pod(POD, started + Duration::from_millis(50));
+        let e = busy.err().expect("the lock is held");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains(&format!("{LOCKS}/{POD}")), "{e}");
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // The holder removes the lock file while another call waits for it: the waiter locks a
+        // fresh file, never the removed one (whichever it had opened meanwhile).
         let root2 = root.clone();
         let waiter = std::thread::spawn(move || {
             let state = StateDir::open(&root2).unwrap();
-            let mut pod = state.lock_pod(POD).unwrap();
+            let mut pod = state.lock_pod(POD, later()).unwrap();
             pod.write(&record(A, "c2", "net1")).unwrap();
         });
-        // The holder removes the lock file while the other thread waits on it: the waiter must
-        // lock a fresh file, not the removed one. /proc/locks shows a blocked flock as "->".
-        let ino = fs::metadata(root.join(LOCKS).join(POD)).unwrap().ino();
-        let started = Instant::now();
-        while !fs::read_to_string("/proc/locks")
-            .unwrap()
-            .lines()
-            .any(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the waiter never waited"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
         first.close().unwrap();
         waiter.join().unwrap();
-        let pod = state.lock_pod(POD).unwrap();
+        let pod = state.lock_pod(POD, later()).unwrap();
         assert_eq!(pod.files().unwrap().records.len(), 1);
         fs::remove_dir_all(&root).unwrap();
     }
@@ -1207,7 +1243,7 @@ mod tests {
     fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
         let root = tempdir("release");
         let state = StateDir::open(&root).unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         let (a, b) = (record(A, "c1", "net1"), record(B, "c1", "net2"));
         pod.write(&a).unwrap();
         pod.write(&b).unwrap();
@@ -1262,7 +1298,7 @@ mod tests {
     fn a_pending_deregistration_of_version_0_1_0_is_read() {
         let root = tempdir("legacy");
         let state = StateDir::open(&root).unwrap();
-        let mut pod = state.lock_pod(POD).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
         pod.write(&record(A, "c1", "net1")).unwrap();
         let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
         fs::write(pod.path().join(LEGACY_RESYNC), vm).unwrap();
@@ -1276,9 +1312,9 @@ mod tests {
     fn stale_locks_are_swept_and_held_ones_kept() {
         let root = tempdir("sweep");
         let state = StateDir::open(&root).unwrap();
-        let held = state.lock_attachment(POD, "c1", "net1").unwrap();
+        let held = state.lock_attachment(POD, "c1", "net1", later()).unwrap();
         fs::write(root.join(LOCKS).join("k8s__default__gone"), "").unwrap();
-        let mut live = state.lock_pod("k8s__default__live").unwrap();
+        let mut live = state.lock_pod("k8s__default__live", later()).unwrap();
         live.write(&record(A, "c1", "net1")).unwrap();
         drop(live);
         assert_eq!(state.stale_locks(false).unwrap(), ["k8s__default__gone"]);

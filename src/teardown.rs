@@ -27,10 +27,13 @@ use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
 /// agent did not answer it), and reads what the pod's directory then holds.
 pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<(PodDir, PodFiles)> {
-    let pod = state.lock_pod(vm_name).map_err(Error::io(
-        "locking pod state in",
-        &state.path().join(vm_name),
-    ))?;
+    let pod = state
+        .lock_pod(vm_name, agent.deadline())
+        .map_err(Error::locking(
+            "locking pod state in",
+            &state.path().join(vm_name),
+            agent.started(),
+        ))?;
     let files = settle(agent, &pod).map_err(Error::io("reading", pod.path()))?;
     Ok((pod, files))
 }

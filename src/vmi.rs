@@ -76,6 +76,9 @@ pub struct Vmi {
     /// The interface name the pod asked for (`net-a@eth5`).
     pub interface: Option<String>,
     pub default_gw: bool,
+    /// An annotation whose value this plugin does not recognise and ignores (it carries what a
+    /// pod's network selection said), for the caller to log.
+    pub ignored: Option<(&'static str, String)>,
     /// The pod kube-manager made the VMI for: its `namespace` and `name` annotations.
     pub namespace: Option<String>,
     pub name: Option<String>,
@@ -180,6 +183,7 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
     let mut index = None;
     let mut interface = None;
     let mut default_gw = false;
+    let mut ignored = None;
     let (mut namespace, mut name) = (None, None);
     for a in &item.annotations {
         // `{key:value}`, split at the first colon: values may contain colons.
@@ -210,7 +214,10 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
                 check_ifname(v).map_err(|_| field(&what, "interface annotation", problem))?;
                 interface = Some(v.to_string());
             }
-            "default-gw" => default_gw = v != "false",
+            "default-gw" => match yes_or_no(v) {
+                Some(yes) => default_gw = yes,
+                None => ignored = Some(("default-gw", v.to_string())),
+            },
             _ => {}
         }
     }
@@ -236,11 +243,22 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
         count,
         interface,
         default_gw,
+        ignored,
         namespace,
         name,
         vlan,
         uuid,
     })
+}
+
+/// The values a yes/no annotation (`default-gw`) may have, in any case: `true`, `yes`, `1`, and
+/// `false`, `no`, `0`. Anything else is neither.
+fn yes_or_no(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Some(true),
+        "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
 }
 
 /// Whether the agent's answer for the pod is the pod's: every VMI made for this pod (its
@@ -264,24 +282,33 @@ pub(crate) fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> Parsed<(
     Ok(())
 }
 
-/// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM. Sized by
-/// the VMIs at hand, never by the N they announce.
-pub fn complete(vmis: &[Vmi]) -> bool {
+/// Whether the agent has every VMI of the pod: N of them, indexes 0..N, all of one VM; sized by
+/// the VMIs at hand, never by the N they announce. VMIs that cannot be one pod's (two with one
+/// index, or announcing different N) are refused at once: waiting would not mend them.
+pub fn complete(vmis: &[Vmi]) -> Parsed<bool> {
     let Some(first) = vmis.first() else {
-        return false;
+        return Ok(false);
     };
-    if vmis.len() != first.count as usize
-        || vmis
-            .iter()
-            .any(|v| v.count != first.count || v.vm_uuid != first.vm_uuid)
-    {
-        return false;
+    if let Some(v) = vmis.iter().find(|v| v.count != first.count) {
+        let problem = "announces another count of interfaces (index k/N) than the pod's other VMIs";
+        return Err(field(
+            &format!("VMI {}", v.uuid),
+            "index annotation",
+            problem,
+        ));
     }
-    // Each index is below N (parsing checked), so N distinct ones are exactly 0..N.
-    let mut seen: Vec<u32> = vmis.iter().map(|v| v.index).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    seen.len() == vmis.len()
+    let mut by_index: Vec<&Vmi> = vmis.iter().collect();
+    by_index.sort_by_key(|v| v.index);
+    if let Some(w) = by_index.windows(2).find(|w| w[0].index == w[1].index) {
+        let problem = "repeats the index of another VMI of the pod";
+        return Err(field(
+            &format!("VMI {}", w[1].uuid),
+            "index annotation",
+            problem,
+        ));
+    }
+    // Each index is below N (parsing checked) and none repeats: N of them are exactly 0..N.
+    Ok(vmis.len() == first.count as usize && vmis.iter().all(|v| v.vm_uuid == first.vm_uuid))
 }
 
 /// The VMI whose interface carries the pod's default route: the one annotated `default-gw`,
@@ -650,6 +677,7 @@ mod tests {
             count,
             interface: None,
             default_gw: false,
+            ignored: None,
             namespace: Some("default".into()),
             name: Some("p".into()),
             vlan: None,
@@ -868,18 +896,49 @@ mod tests {
     #[test]
     fn completeness() {
         let vmis = pod();
-        assert!(complete(&vmis));
-        assert!(!complete(&vmis[..3]));
-        assert!(!complete(&[]));
-        let mut dup = pod();
-        dup[0].index = 1;
-        assert!(!complete(&dup));
+        assert_eq!(complete(&vmis), Ok(true));
+        assert_eq!(complete(&vmis[..3]), Ok(false));
+        assert_eq!(complete(&[]), Ok(false));
         let mut other_vm = pod();
         other_vm[1].vm_uuid = uuid(1);
-        assert!(!complete(&other_vm));
+        assert_eq!(complete(&other_vm), Ok(false));
+        // Never one pod's: refused at once, naming the VMI and the problem.
+        let mut dup = pod();
+        dup[1].index = 3;
+        let e = complete(&dup).unwrap_err().to_string();
+        assert!(e.contains("repeats the index"), "{e}");
         let mut disagree = pod();
         disagree[2].count = 5;
-        assert!(!complete(&disagree));
+        let e = complete(&disagree).unwrap_err().to_string();
+        assert!(e.contains(&uuid(8)) && e.contains("another count"), "{e}");
+        // Only part of the pod yet, but already two with one index: refused too.
+        let e = complete(&dup[..2]).unwrap_err().to_string();
+        assert!(e.contains("repeats the index"), "{e}");
+    }
+
+    #[test]
+    fn default_gw_takes_yes_and_no_and_ignores_the_rest() {
+        let gw = |value: &str| {
+            let body = json!([cfg_item(
+                &uuid(1),
+                json!([format!("{{default-gw:{value}}}")])
+            )]);
+            let v = parse_cfg(body.to_string().as_bytes()).unwrap().remove(0);
+            (v.default_gw, v.ignored)
+        };
+        for yes in ["true", "True", "yes", "1"] {
+            assert_eq!(gw(yes), (true, None), "{yes}");
+        }
+        for no in ["false", "FALSE", "no", "0"] {
+            assert_eq!(gw(no), (false, None), "{no}");
+        }
+        for other in ["", "maybe", "nope", "2", "t\u{1b}[31m"] {
+            assert_eq!(
+                gw(other),
+                (false, Some(("default-gw", other.to_string()))),
+                "{other}"
+            );
+        }
     }
 
     #[test]
@@ -928,7 +987,7 @@ mod tests {
             (v[0].network.as_str(), v[0].index, v[0].count),
             ("default", 0, 1)
         );
-        assert!(complete(&v));
+        assert_eq!(complete(&v), Ok(true));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use contrail_testkit::*;
@@ -190,58 +190,6 @@ impl ConfigMapDir {
     }
 }
 
-/// `install --watch` running as the DaemonSet's container; stopped (SIGKILL) on drop if the
-/// test did not stop it.
-struct Watch {
-    child: Child,
-    log: PathBuf,
-    _log_dir: TempDir,
-}
-
-impl Watch {
-    fn start(bin_dir: &Path, conf_dir: &Path, conf: &Path, extra: &[&str]) -> Watch {
-        let log_dir = TempDir::new();
-        let log = log_dir.0.join("watch.log");
-        let child = Command::new(plugin_bin())
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .args(["install", "--watch", "--bin-dir"])
-            .arg(bin_dir)
-            .arg("--conf-dir")
-            .arg(conf_dir)
-            .arg("--conf")
-            .arg(conf)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        Watch {
-            child,
-            log,
-            _log_dir: log_dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        read(&self.log)
-    }
-
-    /// SIGTERM, as kubelet stops a container: the process exits 0.
-    fn terminate(mut self) {
-        sh("kill", &["-TERM", &self.child.id().to_string()]);
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{status}: {}", self.log());
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn node_conf(mtu: u32) -> String {
     json!({"cniVersion": "0.3.1", "name": "contrail-k8s-cni", "type": "contrail-k8s-cni",
            "contrail": {"mtu": mtu, "config-dir": "/var/lib/contrail/ports/vm"}})
@@ -289,6 +237,77 @@ fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns) {
     let conf = node.netconf("1.0.0", "default");
     node.call("ADD", cid, &ns.path(), "eth0", &pod.multus_args(cid), &conf)
         .assert_ok();
+}
+
+#[test]
+fn the_sweep_releases_a_gone_sandbox_whatever_its_wall_clock_times_say() {
+    // A node's clock stepped back after a reboot: claims seem to lie in the future. Under
+    // Multus GC never reaches a secondary delegate, so the sweep is all there is. The grace is
+    // measured on CLOCK_BOOTTIME, which no clock step moves; a claim of an earlier boot, or a
+    // claim with only a wall-clock time that lies in the future, is past any grace.
+    let pods: Vec<PodSpec> = (1..=3)
+        .map(|n| PodSpec::new(vec![VmiSpec::new("default", n)]))
+        .collect();
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let node = Node::new(&sim);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    for (pod, ns) in pods.iter().zip(&nss) {
+        add(&node, pod, &uuid(), ns);
+    }
+    let future = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 86_400;
+    let edit = |pod: &PodSpec, change: &dyn Fn(&mut Value)| {
+        let file = node.ports_dir().join(pod.vm_name()).join(&pod.vmis[0].uuid);
+        let mut record: Value = serde_json::from_str(&read(&file)).unwrap();
+        change(&mut record);
+        std::fs::write(&file, record.to_string()).unwrap();
+    };
+    // 0: written by 0.1, which kept the wall-clock time only, a day ahead of the clock now.
+    edit(&pods[0], &|r| {
+        r["time"] = json!(format!("{future}.000"));
+        let r = r.as_object_mut().unwrap();
+        r.remove("claimed-boot");
+        r.remove("claimed-uptime-ms");
+    });
+    // 1: claimed in an earlier boot (and a day ahead on the wall clock).
+    edit(&pods[1], &|r| {
+        r["time"] = json!(format!("{future}.000"));
+        r["claimed-boot"] = json!("00000000-0000-4000-8000-000000000000");
+    });
+    // 2: claimed a moment ago in this boot, also a day ahead on the wall clock: within grace.
+    edit(&pods[2], &|r| r["time"] = json!(format!("{future}.000")));
+    drop(nss);
+    let conf_src = TempDir::new();
+    let conf = conf_src.0.join("10-contrail.conf");
+    std::fs::copy(node.node_file(), &conf).unwrap();
+    let host = TempDir::new();
+    let watch = Watch::start(
+        &host.0.join("bin"),
+        &host.0.join("net.d"),
+        &conf,
+        &["--sweep-interval", "1", "--sweep-grace", "3600"],
+    );
+    wait_for("the sweep", Duration::from_secs(10), || {
+        watch.log().contains("sweep released 2 attachment(s)")
+    });
+    watch.terminate();
+    assert!(!node.pod_dir_exists(&pods[0]) && !node.pod_dir_exists(&pods[1]));
+    assert!(
+        node.pod_dir_exists(&pods[2]),
+        "within its grace, on CLOCK_BOOTTIME"
+    );
+    let ports: Vec<String> = sim.ports().into_iter().map(|p| p.0).collect();
+    assert_eq!(ports, [pods[2].vmis[0].uuid.clone()]);
+    for pod in &pods[..2] {
+        assert!(!host_link_exists(&host_ifname(&pod.vmis[0].uuid)));
+    }
+    // GC releases the last one.
+    node.gc(json!([])).assert_ok();
+    assert!(sim.ports().is_empty());
+    assert_eq!(node.leftovers(), [] as [String; 0]);
 }
 
 #[test]

@@ -247,6 +247,15 @@ fn many_attachments_of_one_network_with_a_hanging_agent_stay_within_the_bound() 
 /// on `which` ("vm-cfg" or "vm"): files and the `--respond` switches that make the simulator
 /// answer with exactly these bytes.
 fn crafted(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> (TempDir, Vec<String>) {
+    crafted_answer(pod, which, |body| edit(&mut body[0]))
+}
+
+/// [`crafted`], with `edit` applied to the whole answer (every VMI of it).
+fn crafted_answer(
+    pod: &PodSpec,
+    which: &str,
+    edit: impl FnOnce(&mut Value),
+) -> (TempDir, Vec<String>) {
     let honest = Sim::start(&[pod], &[]);
     let files = TempDir::new();
     let cfg = format!("/vm-cfg/{}", pod.vm_name());
@@ -261,7 +270,7 @@ fn crafted(pod: &PodSpec, which: &str, edit: impl FnOnce(&mut Value)) -> (TempDi
         let text = ureq::get(&url).call().unwrap().body_mut().read_to_string();
         let mut body: Value = serde_json::from_str(&text.unwrap()).unwrap();
         if let Some(edit) = edit.take_if(|_| name == which) {
-            edit(&mut body[0]);
+            edit(&mut body);
         }
         let file = files.0.join(format!("{name}.json"));
         std::fs::write(&file, body.to_string()).unwrap();
@@ -381,15 +390,16 @@ fn multicast_mac_in_vm_cfg_is_refused() {
     );
 }
 
+/// Sets annotation `key` of a VMI in a `/vm-cfg` answer to `value`.
+fn annotate(vmi: &mut Value, key: &str, value: &str) {
+    let annotations = vmi["annotations"].as_array_mut().unwrap();
+    annotations.retain(|a| !a.as_str().unwrap().starts_with(&format!("{{{key}:")));
+    annotations.push(json!(format!("{{{key}:{value}}}")));
+}
+
 #[test]
 fn index_beyond_the_count_is_refused() {
-    let set_index = |vmi: &mut Value| {
-        for a in vmi["annotations"].as_array_mut().unwrap() {
-            if a.as_str().unwrap().starts_with("{index:") {
-                *a = json!("{index:5/2}");
-            }
-        }
-    };
+    let set_index = |vmi: &mut Value| annotate(vmi, "index", "5/2");
     let words = ["whose index annotation is not k/N"];
     hostile(&one_vmi_pod(), "vm-cfg", set_index, &words, Some("5/2"));
 }
@@ -495,4 +505,212 @@ fn del_with_a_hanging_agent_finishes_in_time() {
     assert_eq!(ports.len(), 1, "{ports:?}");
     assert_eq!(c.fx.node.pending(&pod), [pod.vmis[0].uuid.clone()]);
     c.call("DEL", Some(&r)).0.assert_ok();
+}
+
+#[test]
+fn vmis_that_cannot_be_one_pods_are_refused_at_once() {
+    // Two VMIs with one index, or announcing different counts, never become a whole pod:
+    // refused at once with code 6 naming the problem, not waited for until the deadline.
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let cases: [(&str, &str, &str); 2] = [
+        ("0/2", "0/2", "repeats the index of another VMI"),
+        ("0/2", "1/3", "announces another count of interfaces"),
+    ];
+    for (first, second, words) in cases {
+        let (files, args) = crafted_answer(&pod, "vm-cfg", |body| {
+            annotate(&mut body[0], "index", first);
+            annotate(&mut body[1], "index", second);
+        });
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let c = Case::with_files(pod.clone(), files, &args);
+        // At once: well within one poll-timeout, where waiting takes all of poll-retries.
+        c.add_fails(6, poll_timeout(), &[words, "index annotation"]);
+    }
+}
+
+#[test]
+fn default_gw_takes_yes_or_no_and_ignores_other_values() {
+    // A `default-gw` of "no" on net-a's VMI is no: the cluster network's eth0 gets the pod's
+    // default route. A value that is neither is ignored, and said so in the log.
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    for value in ["no", "perhaps"] {
+        let net_a = pod.vmis[1].uuid.clone();
+        let (files, args) = crafted_answer(&pod, "vm-cfg", |body| {
+            for vmi in body.as_array_mut().unwrap() {
+                if vmi["id"] == net_a.as_str() {
+                    annotate(vmi, "default-gw", value);
+                }
+            }
+        });
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let c = Case::with_files(pod.clone(), files, &args);
+        let (out, _) = c.call("ADD", None);
+        let r = out.assert_ok().json();
+        let defaults = c.fx.ns.default_routes();
+        assert!(
+            defaults
+                .iter()
+                .any(|(family, _, dev)| family == "-4" && dev == "eth0"),
+            "{value}: {defaults:?}"
+        );
+        if value == "perhaps" {
+            let log = c.fx.node.log();
+            assert!(log.contains("ignoring its default-gw annotation"), "{log}");
+        }
+        c.call("DEL", Some(&r)).0.assert_ok();
+        c.assert_nothing_left();
+    }
+}
+
+#[test]
+fn an_error_object_escapes_and_bounds_what_an_answer_carries() {
+    // kube-manager copies the pod's network selection into the VMI's `network` annotation:
+    // runtimes put the error message into pod events that people read.
+    let pod = one_vmi_pod();
+    let hostile = format!("evil\u{1b}[2J\nADD ok in 0.1 ms {}", "A".repeat(20_000));
+    let (files, args) = crafted(&pod, "vm-cfg", |vmi| annotate(vmi, "network", &hostile));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = Case::with_files(pod, files, &args);
+    let out = c.fx.call("ADD", "eth0", &c.fx.conf("net-a"));
+    assert_eq!(out.code(), 101, "{}", out.stdout);
+    let msg = out.msg();
+    assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    assert!(msg.contains("evil\\u{1b}[2J\\nADD ok"), "{msg}");
+    assert!(
+        msg.chars().count() < 2100,
+        "{} characters",
+        msg.chars().count()
+    );
+    c.call("DEL", None).0.assert_ok();
+    c.assert_nothing_left();
+}
+
+// ---------------------------------------------------------------- hostile strings, generated
+
+/// What an agent's answer may carry that a tenant wrote (kube-manager copies a pod's network
+/// selection into annotations) or that is simply broken: path tricks, request smuggling, line
+/// and terminal control, NUL, a flood, bidirectional overrides, shell words, nothing at all.
+const HOSTILE: [&str; 12] = [
+    "../../../etc/passwd",
+    "a/b",
+    "x\r\nHost: evil",
+    "line\nforged ADD ok in 0.1 ms",
+    "\u{1b}[2J\u{1b}[31mred",
+    "nul\u{0}byte",
+    "%2e%2e%2f%0d%0a",
+    "\u{202e}txt.exe",
+    "'; rm -rf / #",
+    "",
+    " ",
+    "\u{1f642}é",
+];
+
+/// Fields of one VMI in `/vm-cfg` (`@` marks an annotation) and in its IP configuration.
+const CFG_FIELDS: [&str; 12] = [
+    "id",
+    "vm-uuid",
+    "vn-id",
+    "mac-address",
+    "vlan-id",
+    "@network",
+    "@namespace",
+    "@name",
+    "@index",
+    "@interface",
+    "@default-gw",
+    "@cluster",
+];
+const IP_FIELDS: [&str; 11] = [
+    "ip-address",
+    "plen",
+    "gateway",
+    "dns-server",
+    "v6-ip-address",
+    "v6-gateway",
+    "v6-dns-server",
+    "system-name",
+    "instance-id",
+    "mac-address",
+    "rx-vlan-id",
+];
+
+/// One generated case: a hostile string in one field of one answer, drawn from `seed`.
+fn hostile_string_case(seed: u64) -> (&'static str, &'static str, String) {
+    let mut rng = Rng(seed);
+    let which = if rng.chance(50) { "vm-cfg" } else { "vm" };
+    let fields: &[&str] = if which == "vm-cfg" {
+        &CFG_FIELDS
+    } else {
+        &IP_FIELDS
+    };
+    let field = *rng.pick(fields);
+    let mut value = rng.pick(&HOSTILE).to_string();
+    if rng.chance(15) {
+        value = value.repeat(1 + 20_000 / value.len().max(1));
+    }
+    (which, field, value)
+}
+
+/// Whatever the hostile string, the call ends within its bound; a refusal is an error object
+/// with a known code whose message is escaped and bounded; the node's log stays one line per
+/// record, without control characters; the registrations follow the state files; its DEL
+/// leaves nothing.
+fn hostile_string(seed: u64) {
+    let (which, field, value) = hostile_string_case(seed);
+    let pod = one_vmi_pod();
+    let edit = |vmi: &mut Value| match field.strip_prefix('@') {
+        Some(key) => annotate(vmi, key, &value),
+        None => vmi[field] = json!(value),
+    };
+    let c = hostile_case(pod, which, edit);
+    let (out, took) = c.call("ADD", None);
+    assert!(took < add_bound() + SLACK, "took {took:?}");
+    if !out.ok {
+        assert!([6, 7, 11, 101, 102].contains(&out.code()), "{}", out.stdout);
+        let msg = out.msg();
+        assert!(!msg.chars().any(char::is_control), "{msg:?}");
+        assert!(msg.chars().count() < 2100, "{} characters", msg.len());
+    }
+    c.fx.assert_registrations_follow_files();
+    let log = c.fx.node.log();
+    for line in log.lines() {
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(
+            line.len() <= 8 * 1024 + 64,
+            "a line of {} bytes",
+            line.len()
+        );
+    }
+    c.call("DEL", None).0.assert_ok();
+    c.assert_nothing_left();
+}
+
+fn hostile_strings(shard: u64) {
+    for_each_seed(
+        "CONTRAIL_HOSTILE_SEED",
+        "faults::hostile_strings",
+        6,
+        shard,
+        |seed| {
+            let (which, field, value) = hostile_string_case(seed);
+            let shown: String = value.chars().take(40).collect();
+            format!("{which} {field}: {shown:?} ({} bytes)", value.len())
+        },
+        hostile_string,
+    );
+}
+
+#[test]
+fn hostile_strings_0() {
+    hostile_strings(0);
+}
+
+#[test]
+fn hostile_strings_1() {
+    hostile_strings(1);
+}
+
+#[test]
+fn hostile_strings_2() {
+    hostile_strings(2);
 }

@@ -488,3 +488,73 @@ fn inspect_finds_each_kind_of_breakage() {
     let rows = inspect(&node);
     assert!(rows.iter().all(|r| r["vmi"] == "-"), "state left: {rows:?}");
 }
+
+#[test]
+fn check_and_inspect_see_a_look_alike_a_down_interface_and_another_pods_mac() {
+    // A pod with NET_ADMIN tampers with its interface: CHECK fails with code 103 saying what
+    // differs, and `inspect` reports the same, never `ok`.
+    let pods: Vec<PodSpec> = (1..=4)
+        .map(|n| PodSpec::new(vec![VmiSpec::new("default", n)]))
+        .collect();
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+    let node = Node::new(&sim);
+    let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cid = uuid();
+    let call = |i: usize, command: &str| {
+        let mut conf = node.netconf("1.0.0", "");
+        conf["prevResult"] = json!({});
+        node.call(
+            command,
+            &cid,
+            &spaces[i].path(),
+            "eth0",
+            &pods[i].multus_args(&cid),
+            &conf,
+        )
+    };
+    for i in 0..pods.len() {
+        call(i, "ADD").assert_ok();
+    }
+    let ip = |i: usize, args: &[&str]| {
+        let mut all = vec!["-n", spaces[i].name.as_str()];
+        all.extend_from_slice(args);
+        sh("ip", &all);
+    };
+    // 0: renamed away, and a look-alike made: a veth of the pod's own with the VMI's MAC, MTU
+    // and address, up.
+    let (mac0, addr0) = (pods[0].vmis[0].mac.clone(), pods[0].vmis[0].addr());
+    ip(0, &["link", "set", "eth0", "down"]);
+    ip(0, &["link", "set", "eth0", "name", "old0"]);
+    ip(
+        0,
+        &[
+            "link", "add", "eth0", "address", &mac0, "type", "veth", "peer", "name", "y0",
+        ],
+    );
+    ip(0, &["addr", "add", &addr0, "dev", "eth0"]);
+    ip(0, &["link", "set", "eth0", "up"]);
+    ip(0, &["link", "set", "y0", "up"]);
+    // 1: down. 2: wearing pod 3's MAC.
+    ip(1, &["link", "set", "eth0", "down"]);
+    ip(2, &["link", "set", "eth0", "address", &pods[3].vmis[0].mac]);
+    let rows = inspect(&node);
+    for (i, words) in [
+        (
+            0,
+            "eth0 in the pod is not the one attached to host interface",
+        ),
+        (1, "eth0 is down"),
+        (2, &format!("has MAC {}", pods[3].vmis[0].mac) as &str),
+    ] {
+        let out = call(i, "CHECK");
+        assert_eq!(out.code(), 103, "pod {i}: {}", out.stdout);
+        assert!(out.msg().contains(words), "pod {i}: {}", out.msg());
+        let health = health_of(&rows, "vmi", &pods[i].vmis[0].uuid);
+        assert_eq!(health, out.msg(), "pod {i}: inspect says what CHECK says");
+    }
+    assert_eq!(health_of(&rows, "vmi", &pods[3].vmis[0].uuid), "ok");
+    for i in 0..pods.len() {
+        call(i, "DEL").assert_ok();
+    }
+    assert!(sim.ports().is_empty());
+}

@@ -1096,8 +1096,7 @@ fn check_vmis(r: &vmi::Parsed<Vec<Vmi>>) -> Result<(), TestCaseError> {
         prop_assert!(check_ifname(&host).is_ok());
     }
     // The consumers of a parsed answer must not panic on it either.
-    let complete = vmi::complete(vmis);
-    if complete {
+    if vmi::complete(vmis) == Ok(true) {
         let mut idx: Vec<u32> = vmis.iter().map(|v| v.index).collect();
         idx.sort_unstable();
         prop_assert!(idx.iter().copied().eq(0..vmis.len() as u32));
@@ -1284,6 +1283,7 @@ fn test_vmi(uuid: String, network: &str, index: u32, count: u32, interface: Opti
         count,
         interface: interface.map(str::to_string),
         default_gw: false,
+        ignored: None,
         namespace: Some("default".into()),
         name: Some("p".into()),
         vlan: None,

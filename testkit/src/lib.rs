@@ -1157,6 +1157,14 @@ impl Fixture {
         self.sim.ports().into_iter().collect()
     }
 
+    /// The rule every call keeps: the agent has exactly the pod's attachments that have a state
+    /// file registered (a reservation or a pending release explains no registration).
+    #[track_caller]
+    pub fn assert_registrations_follow_files(&self) {
+        let registered: Vec<String> = self.registered().into_iter().map(|(v, _, _)| v).collect();
+        assert_eq!(registered, self.node.state_files(&self.pod));
+    }
+
     /// What a failed ADD leaves: no interface in the netns, no host end, no attachment, no
     /// registration; at most the reservations of the VMIs it claimed (see
     /// [`Node::reservations`]), which its DEL or retry takes.
@@ -1288,5 +1296,57 @@ pub fn for_each_seed(
             );
             std::panic::resume_unwind(e);
         }
+    }
+}
+
+/// `install --watch` running as the DaemonSet's container; stopped (SIGKILL) on drop if the
+/// test did not stop it.
+pub struct Watch {
+    child: Child,
+    log: PathBuf,
+    _log_dir: TempDir,
+}
+
+impl Watch {
+    pub fn start(bin_dir: &Path, conf_dir: &Path, conf: &Path, extra: &[&str]) -> Watch {
+        let log_dir = TempDir::new();
+        let log = log_dir.0.join("watch.log");
+        let child = Command::new(plugin_bin())
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .args(["install", "--watch", "--bin-dir"])
+            .arg(bin_dir)
+            .arg("--conf-dir")
+            .arg(conf_dir)
+            .arg("--conf")
+            .arg(conf)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Watch {
+            child,
+            log,
+            _log_dir: log_dir,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, as kubelet stops a container: the process exits 0.
+    pub fn terminate(mut self) {
+        sh("kill", &["-TERM", &self.child.id().to_string()]);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}: {}", self.log());
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
