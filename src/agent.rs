@@ -10,27 +10,9 @@ use serde_json::Value;
 use crate::budget::{Budget, Class, NoTurn};
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
-use crate::http;
+use crate::http::{self, Method};
 use crate::pod::Pod;
 use crate::vmi::{self, IpConfig, Vmi};
-
-/// The HTTP methods of the agent's API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-    Delete,
-}
-
-impl Method {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Get => "GET",
-            Method::Post => "POST",
-            Method::Delete => "DELETE",
-        }
-    }
-}
 
 /// The first polls come 5 and 15 ms after the first one, so that an agent ready within
 /// milliseconds is seen within milliseconds; then one every [`POLL_PERIOD`], so that one that
@@ -75,8 +57,8 @@ fn add_ns(counter: &AtomicU64, d: Duration) {
 }
 
 pub struct Agent {
+    /// One per call: the connection it keeps alive serves the call's requests in turn.
     http: http::Client,
-    base: String,
     poll_timeout: Duration,
     /// When the client was made, at the start of the invocation.
     start: Instant,
@@ -106,13 +88,8 @@ impl Agent {
         let addr = std::net::SocketAddr::new(conf.vrouter_ip, conf.vrouter_port);
         let connect = conf.poll_timeout.min(Duration::from_secs(1));
         let http = http::Client::new(addr, connect, MAX_BODY);
-        let base = match conf.vrouter_ip {
-            std::net::IpAddr::V4(ip) => format!("http://{ip}:{}", conf.vrouter_port),
-            std::net::IpAddr::V6(ip) => format!("http://[{ip}]:{}", conf.vrouter_port),
-        };
         Agent {
             http,
-            base,
             poll_timeout: conf.poll_timeout,
             start,
             deadline: start + conf.poll_budget(),
@@ -153,8 +130,8 @@ impl Agent {
     /// An error of the request `method path`.
     fn fault(&self, method: Method, path: &str, fault: AgentFault) -> Error {
         Error::Agent {
-            agent: self.base.clone(),
-            request: format!("{} {path}", method.as_str()),
+            agent: self.http.base().to_string(),
+            request: format!("{method} {path}"),
             fault,
         }
     }
@@ -168,7 +145,7 @@ impl Agent {
             Method::Post | Method::Delete => Class::Urgent,
         };
         let stop = || self.stop.as_ref().is_some_and(|stop| stop());
-        let request = || format!("{} {path}", method.as_str());
+        let request = || format!("{method} {path}");
         match self.budget.turn(class, self.deadline, &stop) {
             Ok(waited) => {
                 SENT.fetch_add(1, Ordering::Relaxed);
@@ -186,9 +163,10 @@ impl Agent {
         }
     }
 
-    /// One request, in its turn; `Ok(None)` on 404. Transport failures and other statuses are
-    /// errors naming the agent and the request; only the status code counts (the agent's status
-    /// lines all read "OK" and its error bodies carry nothing a client needs).
+    /// One request, in its turn; `Ok(None)` on 404. Transport failures, answers that break HTTP
+    /// and other statuses are errors naming the agent and the request; only the status code
+    /// counts (the agent's status lines all read "OK" and its error bodies carry nothing a
+    /// client needs).
     fn request(
         &self,
         method: Method,
@@ -196,12 +174,18 @@ impl Agent {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>> {
+        // Paths are built from validated identifiers only; one that is no URL path would put
+        // its bytes into the request line: never sent, never retried.
+        if !http::is_path(path) {
+            log::error!("refusing to send {method} {path:?} to the agent: not a URL path");
+            return Err(Error::Internal);
+        }
         let body = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
         let timeout = self.turn(method, path, timeout)?;
         let answer = self
             .http
-            .send(method.as_str(), path, body.as_deref(), timeout)
-            .map_err(|why| self.fault(method, path, AgentFault::Transport(why)))?;
+            .send(method, path, body.as_deref(), timeout)
+            .map_err(|failure| self.fault(method, path, failure.into()))?;
         match answer.status {
             200 => Ok(Some(answer.body)),
             404 => Ok(None),
@@ -422,11 +406,11 @@ impl Agent {
             path,
             self.poll_timeout.min(Duration::from_secs(2)),
         )?;
-        match self.http.send("GET", path, None, t) {
+        match self.http.send(Method::Get, path, None, t) {
             Ok(_) => Ok(()),
-            Err(why) => Err(Error::Unavailable {
-                agent: self.base.clone(),
-                why,
+            Err(failure) => Err(Error::Unavailable {
+                agent: self.http.base().to_string(),
+                why: failure.to_string(),
             }),
         }
     }

@@ -75,6 +75,10 @@ pub enum Malformed {
     OtherVm { vmi: String },
     /// An IP configuration of another VM than the pod's.
     OtherInstance { vmi: String, vm: String },
+    /// An answer that breaks HTTP/1.1 (its framing, its head): what is wrong, never its bytes.
+    Http { why: String },
+    /// An answer larger than an answer may be.
+    TooLarge { max: usize },
 }
 
 impl fmt::Display for Malformed {
@@ -120,6 +124,15 @@ impl fmt::Display for Malformed {
                 "agent sent the IP config of VMI {vmi} for another VM (its instance-id is not \
                  pod {vm})"
             ),
+            Malformed::Http { why } => {
+                write!(f, "agent sent an answer that breaks HTTP/1.1: {why}")
+            }
+            Malformed::TooLarge { max } => {
+                write!(
+                    f,
+                    "agent sent an answer larger than the {max} bytes an answer may have"
+                )
+            }
         }
     }
 }

@@ -1,17 +1,24 @@
-//! HTTP/1.1 to the vRouter agent, as little as its REST API needs: one kept-alive TCP
-//! connection to an address (no TLS, no proxy, no name to resolve), a request with an optional
-//! JSON body, an answer bounded in size and in time. The agent answers with a Content-Length and
-//! keeps the connection open; an answer without one is read to the end of the connection, which
-//! is then not reused. A general HTTP client was most of the code on an ADD's path, for three
-//! small requests on loopback.
+//! HTTP/1.1 to the vRouter agent, with ureq: requests to the configured address (no TLS, no
+//! proxy, no name to resolve) on a connection kept alive between the requests of a call, each
+//! within the timeout it is given (connecting included), answers bounded in size. ureq frames
+//! the answers as RFC 9112 says (a 204 has no body, Content-Length is digits only, `close`
+//! among the Connection options closes, chunked bodies are read), which a hand-written client
+//! got wrong.
 
-use std::cell::RefCell;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+
+use crate::error::{AgentFault, Malformed};
 
 /// An answer's status line and headers; the agent's are about 100 bytes.
 const MAX_HEAD: usize = 8 * 1024;
+/// ureq's read and write buffers, zeroed (and so resident) for every connection: its default
+/// 128 KiB is for bodies far larger than an answer of the agent.
+const BUFFER: usize = 16 * 1024;
 
 /// An answer.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,301 +27,258 @@ pub(crate) struct Answer {
     pub body: Vec<u8>,
 }
 
-/// The client: an address, and the connection kept between requests.
+/// Why a request got no answer this plugin takes.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// No answer: refused, reset, timed out, cut short. Asking again may help.
+    Transport(String),
+    /// An answer that breaks HTTP, or larger than the bound. Asking again gets the same.
+    Refused(Malformed),
+}
+
+impl From<Failure> for AgentFault {
+    fn from(f: Failure) -> AgentFault {
+        match f {
+            Failure::Transport(why) => AgentFault::Transport(why),
+            Failure::Refused(why) => AgentFault::Refused(why),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Transport(why) => f.write_str(why),
+            Failure::Refused(why) => why.fmt(f),
+        }
+    }
+}
+
+/// The client of one call: its connection pool holds the connection kept alive between the
+/// call's requests.
 pub(crate) struct Client {
-    addr: SocketAddr,
+    http: ureq::Agent,
+    /// `http://<vrouter-ip>:<vrouter-port>`, the start of every request's URL.
+    base: String,
     connect_timeout: Duration,
     max_body: usize,
-    conn: RefCell<Option<TcpStream>>,
 }
 
-/// Why a request failed.
-enum Failure {
-    /// A kept connection the agent had closed meanwhile: the request never reached it, and is
-    /// sent again on a new connection.
-    Stale,
-    /// For the operator.
-    Said(String),
-}
+/// The agent's address is an IP literal (`vrouter-ip`): nothing to resolve, no DNS ever.
+/// ureq's default resolver would also start a thread per request to bound the lookup by the
+/// request's timeout. `ureq::unversioned` is outside ureq's semver promise: Cargo.lock pins
+/// 3.5.1, and an update of ureq that changed it fails to build, loudly.
+#[derive(Debug)]
+struct Literal(SocketAddr);
 
-impl From<String> for Failure {
-    fn from(why: String) -> Failure {
-        Failure::Said(why)
+impl Resolver for Literal {
+    fn resolve(
+        &self,
+        _: &ureq::http::Uri,
+        _: &ureq::config::Config,
+        _: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let mut addrs = self.empty();
+        addrs.push(self.0);
+        Ok(addrs)
     }
 }
 
 impl Client {
     pub(crate) fn new(addr: SocketAddr, connect_timeout: Duration, max_body: usize) -> Client {
+        let config = ureq::Agent::config_builder()
+            // The agent is a local address: a proxy from the environment (http_proxy, ...)
+            // would only break it, or send the pod's identity elsewhere.
+            .proxy(None)
+            // 404 (not yet) and 500 are answers the caller decides on, with their bodies read
+            // so that the connection stays usable.
+            .http_status_as_error(false)
+            // The agent never redirects: a 3xx is an answer like any other status.
+            .max_redirects(0)
+            .timeout_connect(Some(connect_timeout))
+            .user_agent("contrail-k8s-cni")
+            .accept("application/json")
+            .input_buffer_size(BUFFER)
+            .output_buffer_size(BUFFER)
+            .max_response_header_size(MAX_HEAD)
+            .build();
+        let http = ureq::Agent::with_parts(config, DefaultConnector::new(), Literal(addr));
+        let base = match addr {
+            SocketAddr::V4(a) => format!("http://{a}"),
+            SocketAddr::V6(a) => format!("http://[{}]:{}", a.ip(), a.port()),
+        };
         Client {
-            addr,
+            http,
+            base,
             connect_timeout,
             max_body,
-            conn: RefCell::new(None),
         }
     }
 
-    /// One request, answered within `timeout` (connecting included); the error says what went
-    /// wrong, for the operator.
+    /// `http://<address>:<port>`, as errors name the agent.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// One request with an optional JSON body, answered within `timeout` (connecting and the
+    /// whole body included). `path` must be one [`is_path`] takes: it is not escaped.
     pub(crate) fn send(
         &self,
-        method: &str,
+        method: Method,
         path: &str,
         body: Option<&[u8]>,
         timeout: Duration,
-    ) -> Result<Answer, String> {
-        let deadline = Instant::now() + timeout;
-        let request = self.request(method, path, body);
-        let kept = self.conn.borrow_mut().take();
-        if let Some(conn) = kept {
-            match self.exchange(conn, &request, deadline, true) {
-                Err(Failure::Stale) => {}
-                other => return self.keep(other),
-            }
-        }
-        let conn = self.connect(deadline)?;
-        self.keep(self.exchange(conn, &request, deadline, false))
-    }
-
-    fn keep(&self, r: Result<(Answer, Option<TcpStream>), Failure>) -> Result<Answer, String> {
-        match r {
-            Ok((answer, conn)) => {
-                *self.conn.borrow_mut() = conn;
-                Ok(answer)
-            }
-            Err(Failure::Said(why)) => Err(why),
-            // Only a kept connection can be stale.
-            Err(Failure::Stale) => Err("the connection closed before the answer".into()),
-        }
-    }
-
-    fn request(&self, method: &str, path: &str, body: Option<&[u8]>) -> Vec<u8> {
-        let mut r = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: contrail-k8s-cni\r\nAccept: \
-             application/json\r\n",
-            self.addr
-        )
-        .into_bytes();
-        if let Some(body) = body {
-            let head = format!(
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                body.len()
-            );
-            r.extend_from_slice(head.as_bytes());
-        }
-        r.extend_from_slice(b"\r\n");
-        r.extend_from_slice(body.unwrap_or_default());
-        r
-    }
-
-    fn connect(&self, deadline: Instant) -> Result<TcpStream, String> {
-        let t = left(deadline)?.min(self.connect_timeout);
-        let conn = TcpStream::connect_timeout(&self.addr, t).map_err(|e| match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                format!("connecting timed out after {t:?}")
-            }
-            _ => format!("connecting: {e}"),
-        })?;
-        // Requests are single small writes: no waiting for an ACK to coalesce them.
-        conn.set_nodelay(true)
-            .map_err(|e| format!("setting TCP_NODELAY: {e}"))?;
-        Ok(conn)
-    }
-
-    /// Sends `request` on `conn` and reads the answer; returns the connection when it can be
-    /// used again.
-    fn exchange(
-        &self,
-        mut conn: TcpStream,
-        request: &[u8],
-        deadline: Instant,
-        kept: bool,
-    ) -> Result<(Answer, Option<TcpStream>), Failure> {
-        let stale = |e: &io::Error| kept && is_closed(e);
-        conn.set_write_timeout(Some(left(deadline)?))
-            .map_err(|e| format!("setting a timeout: {e}"))?;
-        if let Err(e) = conn.write_all(request) {
-            return Err(if stale(&e) {
-                Failure::Stale
-            } else {
-                Failure::Said(io_failure("sending the request", &e, deadline))
-            });
-        }
-        let mut buf = Vec::with_capacity(4096);
-        let head = loop {
-            match read_some(&mut conn, &mut buf, deadline) {
-                Ok(0) if buf.is_empty() && kept => return Err(Failure::Stale),
-                Ok(0) => {
-                    return Err(format!(
-                        "the connection closed after {} bytes of the answer's head",
-                        buf.len()
-                    )
-                    .into());
-                }
-                Ok(_) => {}
-                Err(e) if buf.is_empty() && stale(&e) => return Err(Failure::Stale),
-                Err(e) => return Err(io_failure("reading the answer", &e, deadline).into()),
-            }
-            if let Some(head) = parse_head(&buf)? {
-                break head;
-            }
-            if buf.len() >= MAX_HEAD {
-                return Err(format!("the answer's head is larger than {MAX_HEAD} bytes").into());
-            }
+    ) -> Result<Answer, Failure> {
+        let url = format!("{}{path}", self.base);
+        let t = Some(timeout);
+        let answer = match method {
+            Method::Get => self
+                .http
+                .get(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .call(),
+            Method::Delete => self
+                .http
+                .delete(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .call(),
+            Method::Post => self
+                .http
+                .post(&url)
+                .config()
+                .timeout_global(t)
+                .build()
+                .content_type("application/json")
+                .send(body.unwrap_or_default()),
         };
-        let mut body = buf.split_off(head.len);
-        let exact = self.read_body(&mut conn, &mut body, head.length, deadline)?;
-        let conn = (head.reusable && exact).then_some(conn);
-        let answer = Answer {
-            status: head.status,
-            body,
-        };
-        Ok((answer, conn))
+        let mut answer = answer.map_err(|e| self.failure(e, timeout))?;
+        let status = answer.status().as_u16();
+        let body = answer.body_mut();
+        // Refused from its head, before anything of it is read.
+        if body
+            .content_length()
+            .is_some_and(|n| n > self.max_body as u64)
+        {
+            return Err(self.too_large());
+        }
+        // One byte over the bound, so that an answer of exactly the bound passes and a larger
+        // one is refused after reading no more than that.
+        let body = body
+            .with_config()
+            .limit(self.max_body as u64 + 1)
+            .read_to_vec()
+            .map_err(|e| self.failure(e, timeout))?;
+        Ok(Answer { status, body })
     }
 
-    /// Reads the rest of the body (`length` bytes, or up to the end of the connection) after
-    /// the part that came with the head; returns whether the connection ends with it.
-    fn read_body(
-        &self,
-        conn: &mut TcpStream,
-        body: &mut Vec<u8>,
-        length: Option<usize>,
-        deadline: Instant,
-    ) -> Result<bool, String> {
-        let max = self.max_body;
-        if length.is_some_and(|n| n > max) {
-            return Err(format!(
-                "an answer of {} bytes, more than the {max} an answer may have",
-                length.unwrap_or_default()
-            ));
-        }
-        loop {
-            if let Some(n) = length.filter(|n| body.len() >= *n) {
-                // Bytes beyond the answer are no answer to anything: the connection goes.
-                let exact = body.len() == n;
-                body.truncate(n);
-                return Ok(exact);
+    fn too_large(&self) -> Failure {
+        Failure::Refused(Malformed::TooLarge { max: self.max_body })
+    }
+
+    /// What went wrong, for the operator: no answer (asking again may help), or an answer that
+    /// breaks HTTP or the size bound (asking again gets the same).
+    fn failure(&self, e: ureq::Error, timeout: Duration) -> Failure {
+        let refused = |why: String| Failure::Refused(Malformed::Http { why });
+        match e {
+            ureq::Error::Protocol(e) => refused(e.to_string()),
+            ureq::Error::LargeResponseHeader(_, max) => {
+                refused(format!("a head larger than {max} bytes"))
             }
-            match read_some(conn, body, deadline) {
-                // No length: the answer ends with the connection.
-                Ok(0) if length.is_none() => return Ok(false),
-                Ok(0) => {
-                    return Err(format!(
-                        "the connection closed after {} of the answer's {} bytes",
-                        body.len(),
-                        length.unwrap_or_default()
-                    ));
+            ureq::Error::BodyExceedsLimit(_) => self.too_large(),
+            ureq::Error::Timeout(ureq::Timeout::Connect) => Failure::Transport(format!(
+                "connecting timed out after {} ms",
+                self.connect_timeout.as_millis()
+            )),
+            ureq::Error::Timeout(_) => {
+                Failure::Transport(format!("timed out after {} ms", timeout.as_millis()))
+            }
+            ureq::Error::Io(e) => Failure::Transport(match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => format!("connecting: {e}"),
+                std::io::ErrorKind::UnexpectedEof => {
+                    "the connection closed before the answer was whole".into()
                 }
-                Ok(_) if body.len() > max => {
-                    return Err(format!(
-                        "an answer of more than the {max} bytes an answer may have"
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) => return Err(io_failure("reading the answer", &e, deadline)),
-            }
+                _ => e.to_string(),
+            }),
+            e => Failure::Transport(e.to_string()),
         }
     }
 }
 
-/// The time left before `deadline`, or the error of a request that ran out of it.
-fn left(deadline: Instant) -> Result<Duration, String> {
-    let t = deadline.saturating_duration_since(Instant::now());
-    if t.is_zero() {
-        return Err("timed out".into());
-    }
-    Ok(t)
+/// The HTTP methods of the agent's API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Method {
+    Get,
+    Post,
+    Delete,
 }
 
-/// Reads what is there (appended to `buf`), waiting at most until `deadline`.
-fn read_some(conn: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> io::Result<usize> {
-    let t = left(deadline).map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
-    conn.set_read_timeout(Some(t))?;
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(4096);
-    }
-    let start = buf.len();
-    buf.resize(buf.capacity(), 0);
-    let n = conn.read(&mut buf[start..]);
-    buf.truncate(start + *n.as_ref().unwrap_or(&0));
-    n
-}
-
-/// A connection the other end closed (a kept connection the agent dropped while idle).
-fn is_closed(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof
-    )
-}
-
-fn io_failure(doing: &str, e: &io::Error, deadline: Instant) -> String {
-    match e.kind() {
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => format!("{doing}: timed out"),
-        _ if Instant::now() >= deadline => format!("{doing}: timed out"),
-        _ => format!("{doing}: {e}"),
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+        })
     }
 }
 
-/// An answer's status line and headers, as far as this client needs them.
-struct Head {
-    status: u16,
-    /// Its own length in bytes.
-    len: usize,
-    /// The body's, when given.
-    length: Option<usize>,
-    /// Whether the connection may carry another request.
-    reusable: bool,
-}
-
-/// The answer's head once it is whole.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut answer = httparse::Response::new(&mut headers);
-    let len = match answer.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(format!("not an HTTP answer: {e}")),
-    };
-    let mut length = None;
-    let mut close = answer.version != Some(1);
-    for h in answer.headers.iter() {
-        let value = std::str::from_utf8(h.value).unwrap_or_default().trim();
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let n: usize = value
-                .parse()
-                .map_err(|_| format!("Content-Length {value:?} is not a length"))?;
-            if length.is_some_and(|m| m != n) {
-                return Err("two different Content-Lengths".into());
-            }
-            length = Some(n);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            // The agent's server never encodes its answers.
-            return Err(format!("Transfer-Encoding {value:?} is not supported"));
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            close |= value.eq_ignore_ascii_case("close");
-        }
-    }
-    Ok(Some(Head {
-        status: answer.code.unwrap_or_default(),
-        len,
-        length,
-        reusable: !close,
-    }))
+/// Whether `path` is an absolute URL path made of RFC 3986's path characters only (unreserved,
+/// sub-delims, `:`, `@`, `/` and %-escapes): nothing in it can end the request line, start a
+/// header, a query or a fragment. Requests are built from validated identifiers; a path that
+/// is not one is a bug, and is never sent.
+pub(crate) fn is_path(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.first() == Some(&b'/')
+        && b.iter().enumerate().all(|(i, &c)| match c {
+            b'%' => b
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)),
+            _ => c.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&c),
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
     use std::thread;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// Reads one request (its head and its Content-Length's worth of body) as text.
+    fn read_request(conn: &mut BufReader<TcpStream>) -> Option<String> {
+        let mut request = String::new();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if conn.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+            request.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        conn.read_exact(&mut body).unwrap();
+        Some(request + &String::from_utf8(body).unwrap())
+    }
 
     /// What [`serve`] gives a test.
     struct Served {
         client: Client,
+        /// The requests, as the server read them.
         server: thread::JoinHandle<Vec<String>>,
         /// One message per connection the server closed.
         closed: mpsc::Receiver<()>,
@@ -329,12 +293,11 @@ mod tests {
         let server = thread::spawn(move || {
             let mut seen = Vec::new();
             for conn_answers in answers {
-                let (mut conn, _) = listener.accept().unwrap();
+                let (conn, _) = listener.accept().unwrap();
+                let mut conn = BufReader::new(conn);
                 for answer in conn_answers {
-                    let mut buf = [0u8; 4096];
-                    let n = conn.read(&mut buf).unwrap();
-                    seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
-                    conn.write_all(answer).unwrap();
+                    seen.extend(read_request(&mut conn));
+                    conn.get_mut().write_all(answer).unwrap();
                 }
                 drop(conn);
                 let _ = tx.send(());
@@ -342,13 +305,18 @@ mod tests {
             seen
         });
         Served {
-            client: Client::new(addr, Duration::from_secs(1), 1 << 20),
+            client: Client::new(addr, SECOND, 1 << 20),
             server,
             closed,
         }
     }
 
-    const SECOND: Duration = Duration::from_secs(1);
+    fn text(e: Failure) -> String {
+        match e {
+            Failure::Transport(why) => format!("transport: {why}"),
+            Failure::Refused(why) => format!("refused: {why}"),
+        }
+    }
 
     #[test]
     fn requests_share_one_connection_and_bodies_are_sent_with_their_length() {
@@ -358,7 +326,7 @@ mod tests {
             b"HTTP/1.1 404 OK\r\nContent-Length: 24\r\n\r\n{\"error\":\"{ Not Found }\"}";
         let Served { client, server, .. } = serve(vec![vec![ok, missing]]);
         let a = client
-            .send("POST", "/vm", Some(b"{\"a\":1}"), SECOND)
+            .send(Method::Post, "/vm", Some(b"{\"a\":1}"), SECOND)
             .unwrap();
         assert_eq!(
             a,
@@ -367,16 +335,27 @@ mod tests {
                 body: b"{}".to_vec()
             }
         );
-        let b = client.send("GET", "/vm/x/y", None, SECOND).unwrap();
+        let b = client.send(Method::Get, "/vm/x/y", None, SECOND).unwrap();
         assert_eq!(b.status, 404);
         assert_eq!(b.body.len(), 24);
-        let seen = server.join().unwrap();
-        assert!(seen[0].starts_with("POST /vm HTTP/1.1\r\n"), "{}", seen[0]);
+        let seen: Vec<String> = server
+            .join()
+            .unwrap()
+            .iter()
+            .map(|r| r.to_lowercase())
+            .collect();
+        assert!(seen[0].starts_with("post /vm http/1.1\r\n"), "{}", seen[0]);
         assert!(
-            seen[0].contains("Content-Length: 7\r\n") && seen[0].ends_with("\r\n\r\n{\"a\":1}")
+            seen[0].contains("content-length: 7\r\n")
+                && seen[0].contains("content-type: application/json\r\n")
+                && seen[0].ends_with("\r\n\r\n{\"a\":1}"),
+            "{}",
+            seen[0]
         );
         assert!(
-            seen[1].starts_with("GET /vm/x/y HTTP/1.1\r\n") && !seen[1].contains("Content-Length")
+            seen[1].starts_with("get /vm/x/y http/1.1\r\n") && !seen[1].contains("content-length"),
+            "{}",
+            seen[1]
         );
     }
 
@@ -385,12 +364,10 @@ mod tests {
         let ok: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
         // The first connection serves one request, then closes while idle.
         let s = serve(vec![vec![ok], vec![ok]]);
-        s.client.send("GET", "/a", None, SECOND).unwrap();
+        s.client.send(Method::Get, "/a", None, SECOND).unwrap();
         s.closed.recv_timeout(SECOND).unwrap();
-        assert_eq!(
-            s.client.send("GET", "/b", None, SECOND).unwrap().status,
-            200
-        );
+        let b = s.client.send(Method::Get, "/b", None, SECOND).unwrap();
+        assert_eq!(b.status, 200);
         assert_eq!(s.server.join().unwrap().len(), 2);
     }
 
@@ -399,40 +376,31 @@ mod tests {
         for (answer, words) in [
             (
                 &b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\""[..],
-                "closed after 4 of the answer's 10 bytes",
+                "transport: the connection closed before the answer was whole",
             ),
-            (b"garbage\r\n\r\n", "not an HTTP answer"),
+            (
+                b"garbage\r\n\r\n",
+                "refused: agent sent an answer that breaks HTTP/1.1",
+            ),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-                "is not a length",
+                "content-length header not a number",
             ),
             (
-                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                "not supported",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                "refused: agent sent an answer that breaks HTTP/1.1",
             ),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",
-                "more than the",
+                "refused: agent sent an answer larger than the 1048576 bytes",
             ),
-            (
-                b"HTTP/1.1 200",
-                "closed after 12 bytes of the answer's head",
-            ),
+            (b"HTTP/1.1 200", "transport: the connection closed"),
         ] {
             let Served { client, server, .. } = serve(vec![vec![answer]]);
-            let e = client.send("GET", "/", None, SECOND).unwrap_err();
+            let e = text(client.send(Method::Get, "/", None, SECOND).unwrap_err());
             assert!(e.contains(words), "{words}: {e}");
             server.join().unwrap();
         }
-    }
-
-    #[test]
-    fn an_answer_without_length_ends_with_the_connection() {
-        let Served { client, server, .. } = serve(vec![vec![b"HTTP/1.0 200 OK\r\n\r\n{\"x\": 1}"]]);
-        let a = client.send("GET", "/", None, SECOND).unwrap();
-        assert_eq!(a.body, b"{\"x\": 1}");
-        assert!(client.conn.borrow().is_none());
-        server.join().unwrap();
     }
 
     #[test]
@@ -440,14 +408,42 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = Client::new(listener.local_addr().unwrap(), SECOND, 1 << 20);
         let e = client
-            .send("GET", "/", None, Duration::from_millis(50))
+            .send(Method::Get, "/", None, Duration::from_millis(50))
             .unwrap_err();
-        assert!(e.contains("timed out"), "{e}");
+        assert_eq!(text(e), "transport: timed out after 50 ms");
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let e = Client::new(addr, SECOND, 1 << 20)
-            .send("GET", "/", None, SECOND)
+            .send(Method::Get, "/", None, SECOND)
             .unwrap_err();
+        let e = text(e);
         assert!(e.contains("connecting") && e.contains("refused"), "{e}");
+    }
+
+    #[test]
+    fn only_url_paths_are_sent() {
+        for ok in [
+            "/vm",
+            "/vm-cfg/k8s__default__web-0",
+            "/vm/40936d96-cf0e-11e8-9892-002590aaa964/b86ac068-cf0e-11e8-b196-002590aaa964",
+            "/a%2Fb:c@d~e",
+        ] {
+            assert!(is_path(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "vm",
+            "/vm/x HTTP/1.1\r\nX-Injected: 1",
+            "/vm/x\ny",
+            "/vm/x y",
+            "/vm?x",
+            "/vm#x",
+            "/vm/%zz",
+            "/vm/%4",
+            "/vm/\u{e9}",
+            "/vm/\0",
+        ] {
+            assert!(!is_path(bad), "{bad:?}");
+        }
     }
 }

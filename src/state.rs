@@ -34,7 +34,7 @@ use nix::sys::stat::{SFlag, fstat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
 
-use crate::cni::valid_name;
+use crate::cni::{check_ifname, valid_name};
 use crate::files::{
     self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at, written_before_boot,
 };
@@ -689,7 +689,30 @@ fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
             r.state_version
         ));
     }
+    check_names(&r)?;
     Ok(r)
+}
+
+/// A record's identifiers, as strictly as the agent's answers' are checked: they become
+/// request paths to the agent, interface names, lock and directory names. Why one is refused
+/// names the key, never its bytes (which may hold anything, a line break and a header).
+fn check_names(r: &Record) -> Result<(), String> {
+    for (key, value) in [("vm-uuid", &r.vm_uuid), ("vn-uuid", &r.vn_uuid)] {
+        if !valid_uuid(value) {
+            return Err(format!("its {key} is not a lowercase uuid"));
+        }
+    }
+    for (key, value) in [("host-ifname", &r.host_ifname), ("vm-ifname", &r.ifname)] {
+        check_ifname(value).map_err(|why| format!("its {key} is no interface name: it {why}"))?;
+    }
+    for (key, value) in [("vm-id", &r.container_id), ("vm-name", &r.vm_name)] {
+        if !valid_name(value) {
+            return Err(format!(
+                "its {key} does not match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A flock on `config-dir/.locks/<name>`, created on demand. Whoever finds the file no longer
@@ -1301,10 +1324,61 @@ mod tests {
         let mut pod = state.lock_pod(POD, later()).unwrap();
         pod.write(&record(A, "c1", "net1")).unwrap();
         let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
-        fs::write(pod.path().join(LEGACY_RESYNC), vm).unwrap();
+        // Its vm-uuid names a request path: anything but a uuid is no marker.
+        for hostile in [
+            format!("{vm}\r\nX-Injected: 1"),
+            vm.to_uppercase(),
+            "../x".into(),
+        ] {
+            fs::write(pod.path().join(LEGACY_RESYNC), hostile).unwrap();
+            assert_eq!(pod.files().unwrap().legacy_resync, None);
+        }
+        fs::write(pod.path().join(LEGACY_RESYNC), format!("{vm}\n")).unwrap();
         assert_eq!(pod.files().unwrap().legacy_resync.as_deref(), Some(vm));
         pod.clear_legacy_resync().unwrap();
         assert_eq!(names(pod.path()), [A]);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn records_whose_identifiers_break_the_rules_are_unreadable() {
+        let root = tempdir("names");
+        let state = StateDir::open(&root).unwrap();
+        let mut pod = state.lock_pod(POD, later()).unwrap();
+        let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
+        let injected = format!("{vm} HTTP/1.1\r\nX-Injected: 1");
+        // Makes the pod's directory, and is replaced by each case.
+        pod.write(&record(A, "c1", "net1")).unwrap();
+        for (key, value) in [
+            ("vm-uuid", injected.as_str()),
+            ("vm-uuid", "40936D96-CF0E-11E8-9892-002590AAA964"),
+            ("vn-uuid", "../../x"),
+            ("host-ifname", "tap\r\nX-Injected"),
+            ("host-ifname", "a-name-far-too-long"),
+            ("vm-ifname", "eth0/x"),
+            ("vm-ifname", ""),
+            ("vm-id", "../etc"),
+            ("vm-id", "c1\nX-Injected: 1"),
+            ("vm-name", "k8s__default__p/../q"),
+        ] {
+            let mut raw = serde_json::to_value(record(A, "c1", "net1")).unwrap();
+            raw[key] = value.into();
+            fs::write(pod.path().join(A), raw.to_string()).unwrap();
+            let files = pod.files().unwrap();
+            assert!(files.records.is_empty(), "{key} {value:?} was read");
+            let why = &files.unreadable[0].why;
+            assert!(why.contains(key) && !why.contains("Injected"), "{why}");
+            // The same as a reservation or a pending release: no record either.
+            fs::rename(pod.path().join(A), pod.path().join(dotted(A, RESERVED))).unwrap();
+            assert!(pod.files().unwrap().reserved.is_empty());
+            fs::rename(
+                pod.path().join(dotted(A, RESERVED)),
+                pod.path().join(dotted(A, "release")),
+            )
+            .unwrap();
+            assert!(pod.files().unwrap().pending[0].record.is_none());
+            fs::remove_file(pod.path().join(dotted(A, "release"))).unwrap();
+        }
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -85,18 +85,6 @@ fn vlan_name(vmi: &VmiSpec) -> String {
     format!("cvl{}", &host_ifname(&vmi.uuid)[3..])
 }
 
-/// `inspect --json` of the node, as the operator runs it.
-fn inspect(fx: &Fixture) -> Vec<Value> {
-    let file = fx.node.node_file();
-    let out = Command::new(plugin_bin())
-        .args(["inspect", "--json", "--config", file.to_str().unwrap()])
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// Nothing registered, nothing deregistered: the agent never heard from this node.
 #[track_caller]
 fn never_registered(fx: &Fixture) {
@@ -152,7 +140,9 @@ fn a_multus_pod_with_a_repeated_dual_stack_network_gets_macvlans_on_its_vlans() 
     want_vlans.sort();
     assert_eq!(vlans(&parent), want_vlans);
     // `inspect` shows each attachment with its VLAN link and tag, healthy.
-    let mut shown: Vec<(String, u64)> = inspect(&fx)
+    let mut shown: Vec<(String, u64)> = fx
+        .node
+        .inspect()
         .iter()
         .map(|r| {
             assert_eq!(r["health"], "ok", "{r}");

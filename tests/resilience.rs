@@ -280,7 +280,7 @@ fn state_files_a_power_loss_tore_go_with_the_next_call_and_gc_and_no_others() {
             .map(|r| r["health"].as_str().unwrap().to_string())
             .collect::<Vec<_>>()
     };
-    let rows = inspect(node);
+    let rows = node.inspect();
     assert_eq!(
         torn_row(&rows),
         [format!(
@@ -297,7 +297,7 @@ fn state_files_a_power_loss_tore_go_with_the_next_call_and_gc_and_no_others() {
         "{}",
         node.log()
     );
-    assert_eq!(torn_row(&inspect(node)), [] as [String; 0]);
+    assert_eq!(torn_row(&node.inspect()), [] as [String; 0]);
     fx.del("net1", "net-a").assert_ok();
     // GC, in a pod that no call visits any more.
     let other = node
@@ -312,25 +312,6 @@ fn state_files_a_power_loss_tore_go_with_the_next_call_and_gc_and_no_others() {
         "GC removed the torn file and its directory"
     );
     assert_eq!(node.state_files(pod), [vmis[1].uuid.clone()]);
-}
-
-/// `inspect --json` of the node.
-fn inspect(node: &Node) -> Vec<Value> {
-    let out = Command::new(plugin_bin())
-        .args([
-            "inspect",
-            "--json",
-            "--config",
-            node.node_file().to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts),
 //! `GET /sim/violations`, the requests a nested node must never send that it received,
 //! `GET /sim/load`, the agent's DB per second (see `db.rs`), and with `--log-requests`,
-//! `GET /sim/log`, every request with its arrival time.
+//! `GET /sim/log`, every request with its arrival time and the connection it came on.
 //!
 //! With `--exclusion` it models what requests cost the agent (`db.rs`): each holds the agent's
 //! DB for a while, and a VMI's IP configuration exists only once its own DB work, queued behind
@@ -35,7 +35,10 @@
 //! `--truncate` answers 200 with half of the real answer's body under its full Content-Length,
 //! then closes (the request still takes effect, as when an answer is cut off on the way);
 //! `--respond` answers STATUS with the exact bytes of FILE (read at start), for hostile
-//! answers crafted by tests. `--delay-ms` delays every answer.
+//! answers crafted by tests; `--raw` sends the exact bytes of FILE as the whole answer, status
+//! line and headers included (for HTTP quirks), then serves the connection's next request as
+//! if the answer had been well-formed (whatever its headers say). `--delay-ms` delays every
+//! answer.
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -480,6 +483,8 @@ enum Fault {
     Garbage,
     Truncate,
     Respond(u16, Vec<u8>),
+    /// The whole answer, status line and headers included.
+    Raw(Vec<u8>),
 }
 
 impl Fault {
@@ -492,6 +497,7 @@ impl Fault {
             Fault::Garbage => "--garbage",
             Fault::Truncate => "--truncate",
             Fault::Respond(..) => "--respond",
+            Fault::Raw(_) => "--raw",
         }
     }
 }
@@ -594,6 +600,8 @@ struct Sim {
     state: Mutex<State>,
     /// Requests read so far, malformed ones included, the simulator's own (`/sim/`) excluded.
     served: AtomicUsize,
+    /// Connections accepted so far: each request's in `GET /sim/log` is numbered by it.
+    connections: AtomicUsize,
     /// The same by "METHOD route outcome" (a status, or the fault switch that answered).
     served_by: Mutex<BTreeMap<String, u64>>,
 }
@@ -680,18 +688,20 @@ impl Sim {
     /// A request in the agent's order: its turn in the DB (see [`db`]), then, if `answer`, its
     /// answer as the agent's state stood when the turn began (status, body, the error message
     /// for the log). The answer is due at the turn's end.
-    fn handle(&self, req: &Request, answer: bool) -> Handled {
+    fn handle(&self, req: &Request, connection: usize, answer: bool) -> Handled {
         let mut st = self.lock();
         let arrived = monotonic_ns();
         Self::place_until(&mut st, arrived);
         let (start, end) = st.db.request(arrived);
-        if let Some(log) = &mut st.log {
-            let mut entry = json!({"arrived-ns": arrived, "method": req.method, "path": req.path});
+        let logged = st.log.as_mut().map(|log| {
+            let mut entry = json!({"arrived-ns": arrived, "method": req.method, "path": req.path,
+                                   "connection": connection});
             if let Ok(body) = serde_json::from_slice::<Value>(&req.body) {
                 entry["body"] = body;
             }
             log.push(entry);
-        }
+            log.len() - 1
+        });
         let answer =
             answer.then(
                 || match self.route(&mut st, start, &req.method, &req.path, &req.body) {
@@ -703,6 +713,15 @@ impl Sim {
             arrived,
             end,
             answer,
+            logged,
+        }
+    }
+
+    /// Adds `key` to the `GET /sim/log` entry `at`.
+    fn note(&self, at: Option<usize>, key: &str, value: Value) {
+        let mut st = self.lock();
+        if let Some(entry) = at.and_then(|i| st.log.as_mut()?.get_mut(i)) {
+            entry[key] = value;
         }
     }
 
@@ -859,6 +878,8 @@ struct Handled {
     /// When its turn in the DB ends: its answer goes out then.
     end: u64,
     answer: Option<(u16, String, String)>,
+    /// Its entry in `GET /sim/log`, when requests are logged.
+    logged: Option<usize>,
 }
 
 /// Writes `<vm_dir>/<vmi>` like the agent: the record plus author and time, never
@@ -985,6 +1006,7 @@ fn read_request(r: &mut impl BufRead) -> Result<Option<Request>, u16> {
 /// Serves one connection. Like the agent's HTTP session, it stays open after an answer for
 /// the client's next request, until the client closes it (or stays silent past IO_TIMEOUT).
 fn serve(sim: &Sim, stream: TcpStream) {
+    let connection = sim.connections.fetch_add(1, Ordering::SeqCst);
     // Timeouts are best effort: failing to set one only loses the protection.
     let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
@@ -1015,7 +1037,11 @@ fn serve(sim: &Sim, stream: TcpStream) {
             continue;
         }
         let fault = sim.fault(method, path);
-        let handled = sim.handle(&req, matches!(fault, None | Some(Fault::Truncate)));
+        let handled = sim.handle(
+            &req,
+            connection,
+            matches!(fault, None | Some(Fault::Truncate)),
+        );
         sleep_until(handled.end);
         let kind = |outcome: &str| format!("{method} {} {outcome}", route_of(path));
         match (fault, handled.answer) {
@@ -1033,7 +1059,7 @@ fn serve(sim: &Sim, stream: TcpStream) {
                 let fault = fault.unwrap_or(&Fault::Hang);
                 sim.tally(kind(fault.flag()), Some(handled.arrived));
                 let real = answer.map(|(_, body, _)| body).unwrap_or_default();
-                if !misbehave(&stream, &req, fault, &real) {
+                if !misbehave(sim, &stream, &req, fault, &real, handled.logged) {
                     return;
                 }
             }
@@ -1057,9 +1083,28 @@ fn respond_raw(mut stream: &TcpStream, status: u16, body: &[u8], length: usize) 
     let _ = stream.write_all(&[head.as_bytes(), body].concat());
 }
 
+/// Writes `bytes` until the client stops taking them; how many it took.
+fn send_raw(mut stream: &TcpStream, bytes: &[u8]) -> usize {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match stream.write(&bytes[sent..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => sent += n,
+        }
+    }
+    sent
+}
+
 /// Answers a request the way its fault switch says (`real`: the real answer's body, for
-/// --truncate); false when the connection is over.
-fn misbehave(stream: &TcpStream, req: &Request, fault: &Fault, real: &str) -> bool {
+/// --truncate; `logged`: its entry in `GET /sim/log`); false when the connection is over.
+fn misbehave(
+    sim: &Sim,
+    stream: &TcpStream,
+    req: &Request,
+    fault: &Fault,
+    real: &str,
+    logged: Option<usize>,
+) -> bool {
     let (method, path) = (req.method.as_str(), req.path.as_str());
     match fault {
         Fault::Fail(status) => {
@@ -1093,6 +1138,14 @@ fn misbehave(stream: &TcpStream, req: &Request, fault: &Fault, real: &str) -> bo
         Fault::Respond(status, body) => {
             eprintln!("{method} {path} {status} (--respond, {} bytes)", body.len());
             respond_raw(stream, *status, body, body.len());
+        }
+        Fault::Raw(bytes) => {
+            eprintln!("{method} {path} (--raw, {} bytes)", bytes.len());
+            let sent = send_raw(stream, bytes);
+            // How much of it went out before the client closed the connection: one that refuses
+            // an answer too large stops reading early.
+            sim.note(logged, "raw-sent", sent.into());
+            return sent == bytes.len();
         }
     }
     true
@@ -1155,6 +1208,12 @@ struct Args {
     /// Answer STATUS with the exact bytes of FILE (read at start).
     #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS:FILE", value_parser = rule_of("--respond"))]
     respond: Vec<Rule>,
+    /// Send the exact bytes of FILE (read at start) as the whole answer, status line and
+    /// headers included, then serve the connection's next request whatever they say; with
+    /// --log-requests, `GET /sim/log` notes how many of them went out before the client closed
+    /// the connection ("raw-sent").
+    #[arg(long, value_name = "METHOD:PATH_PREFIX:FILE", value_parser = rule_of("--raw"))]
+    raw: Vec<Rule>,
 }
 
 fn rule_of(flag: &'static str) -> impl Fn(&str) -> Result<Rule, String> + Clone + Send + Sync {
@@ -1172,6 +1231,7 @@ fn parse_args() -> (Args, Vec<Rule>) {
         ("garbage", &args.garbage),
         ("truncate", &args.truncate),
         ("respond", &args.respond),
+        ("raw", &args.raw),
     ];
     let mut rules: Vec<(usize, Rule)> = switches
         .iter()
@@ -1184,9 +1244,9 @@ fn parse_args() -> (Args, Vec<Rule>) {
     (args, rules.into_iter().map(|(_, r)| r).collect())
 }
 
-/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail, `:N` for --flaky and `:STATUS:FILE` for
-/// --respond. The
-/// prefix may itself contain colons: for --respond, it ends at the first `:NNN:`.
+/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail, `:N` for --flaky, `:STATUS:FILE` for
+/// --respond and `:FILE` for --raw. The prefix may itself contain colons: for --respond, it
+/// ends at the first `:NNN:`; for --raw, at the last colon (a file path has none here).
 fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
     let (method, rest) = s.split_once(':')?;
     let status = |s: &str, min| s.parse().ok().filter(|n| (min..600).contains(n));
@@ -1210,6 +1270,12 @@ fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
             let body =
                 fs::read(file).unwrap_or_else(|e| die(&format!("--respond {s:?}: {file}: {e}")));
             (prefix, Fault::Respond(status(code, 200)?, body))
+        }
+        "--raw" => {
+            let (prefix, file) = rest.rsplit_once(':')?;
+            let bytes =
+                fs::read(file).unwrap_or_else(|e| die(&format!("--raw {s:?}: {file}: {e}")));
+            (prefix, Fault::Raw(bytes))
         }
         "--hang" => (rest, Fault::Hang),
         "--garbage" => (rest, Fault::Garbage),
@@ -1278,6 +1344,7 @@ fn main() {
             violations: Vec::new(),
         }),
         served: AtomicUsize::new(0),
+        connections: AtomicUsize::new(0),
         served_by: Mutex::new(BTreeMap::new()),
     });
     {

@@ -885,6 +885,21 @@ impl Node {
     pub fn pod_dir_exists(&self, pod: &PodSpec) -> bool {
         self.ports_dir().join(pod.vm_name()).exists()
     }
+
+    /// `inspect --json` of the node, as the operator runs it: one row per finding.
+    pub fn inspect(&self) -> Vec<Value> {
+        let out = Command::new(plugin_bin())
+            .args(["inspect", "--json", "--config"])
+            .arg(self.node_file())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
 }
 
 /// Waits for a condition with a bound; panics with `what` when it does not hold in time.
