@@ -737,7 +737,7 @@ impl Drop for Containerd {
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }
-        for m in mounts_under(&self.dir.0).iter().rev() {
+        for m in procfs::mounts_under(&self.dir.0).iter().rev() {
             let _ = Command::new("umount").args(["-l", m]).status();
         }
         for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten() {
@@ -784,18 +784,6 @@ fn all_processes() -> Vec<(u32, u32, Vec<String>)> {
         out.push((pid, ppid, argv));
     }
     out
-}
-
-/// Mount points under `dir` in this thread's mount namespace (the node's).
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/thread-self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| m.starts_with(&prefix))
-        .map(str::to_string)
-        .collect()
 }
 
 fn which(bin: &str) -> Option<PathBuf> {

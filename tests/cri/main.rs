@@ -40,6 +40,57 @@ fn cluster_pod(env: &[(&str, &str)]) -> (Fixture, VmiSpec, Containerd) {
     (fx, vmi, cd)
 }
 
+/// A pod of the cluster network whose sandbox kubelet has run, checked as attached
+/// ([`assert_attached`]).
+struct Running {
+    /// Dropped first: it stops what is left while the agent still answers.
+    cd: Containerd,
+    fx: Fixture,
+    vmi: VmiSpec,
+    /// The sandbox.
+    id: String,
+    netns: String,
+    /// The host end.
+    host: String,
+}
+
+fn running_pod(env: &[(&str, &str)]) -> Running {
+    let (fx, vmi, cd) = cluster_pod(env);
+    let id = cd.run_pod(&fx.pod);
+    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
+    Running {
+        cd,
+        fx,
+        vmi,
+        id,
+        netns,
+        host,
+    }
+}
+
+impl Running {
+    /// [`end_pod`].
+    fn end(&self) {
+        end_pod(&self.cd, &self.fx, &self.id, &self.netns, &self.host);
+    }
+
+    fn stop(&self) {
+        self.cd.stop_pod(&self.id);
+    }
+
+    /// The `CNI_NETNS` of each DEL containerd sent for the sandbox.
+    fn del_netns(&self) -> Vec<String> {
+        let dels = self.cd.calls_of("DEL", &self.id);
+        dels.into_iter().map(|[netns, ..]| netns).collect()
+    }
+
+    /// RemovePodSandbox, then nothing is left ([`assert_gone`]).
+    fn remove(&self) {
+        self.cd.remove_pod(&self.id);
+        assert_gone(&self.cd, &self.fx, &self.id, &self.netns, &self.host);
+    }
+}
+
 /// A netns containerd made, looked at with the kit's helpers but never deleted by them.
 fn view(netns: &str) -> ManuallyDrop<Netns> {
     let name = netns
@@ -221,10 +272,9 @@ fn node_links() -> Vec<String> {
 /// agent's registration, then StopPodSandbox and RemovePodSandbox leave nothing.
 #[test]
 fn run_pod_sandbox_gets_the_vmi_as_the_pods_network() {
-    let (fx, vmi, cd) = cluster_pod(&[]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    end_pod(&cd, &fx, &id, &netns, &host);
+    let pod = running_pod(&[]);
+    let Running { cd, netns, .. } = &pod;
+    pod.end();
     // ADD and DEL with the sandbox's netns; RemovePodSandbox stops the sandbox once more: a
     // DEL without a netns (the stop removed it). Nothing else reached the plugin.
     let calls: Vec<(String, String)> = cd
@@ -236,7 +286,7 @@ fn run_pod_sandbox_gets_the_vmi_as_the_pods_network() {
         calls,
         [
             ("ADD".into(), netns.clone()),
-            ("DEL".into(), netns),
+            ("DEL".into(), netns.clone()),
             ("DEL".into(), String::new())
         ]
     );
@@ -247,10 +297,16 @@ fn run_pod_sandbox_gets_the_vmi_as_the_pods_network() {
 /// end.
 #[test]
 fn a_container_in_the_sandbox_sees_the_interface() {
-    let (fx, vmi, cd) = cluster_pod(&[]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    let probe = cd.start_probe(&id, &fx.pod);
+    let pod = running_pod(&[]);
+    let Running {
+        cd,
+        fx,
+        vmi,
+        id,
+        host,
+        ..
+    } = &pod;
+    let probe = cd.start_probe(id, &fx.pod);
     let (code, out, err) = cd.exec(
         &probe,
         "cat /sys/class/net/eth0/address /sys/class/net/eth0/iflink; \
@@ -297,31 +353,21 @@ fn a_container_in_the_sandbox_sees_the_interface() {
         IFNAME,
     ]);
     cd.remove_container(&probe);
-    end_pod(&cd, &fx, &id, &netns, &host);
+    pod.end();
 }
 
 /// StopPodSandbox twice (kubelet repeats it until RemovePodSandbox): the second reaches the
 /// plugin with an empty CNI_NETNS (containerd removed the netns at the first) and succeeds.
 #[test]
 fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns() {
-    let (fx, vmi, cd) = cluster_pod(&[]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    cd.stop_pod(&id);
-    assert_released(&fx, &host);
-    assert!(
-        !Path::new(&netns).exists(),
-        "the first stop removes the netns"
-    );
-    cd.stop_pod(&id);
-    let dels: Vec<String> = cd
-        .calls_of("DEL", &id)
-        .into_iter()
-        .map(|c| c[0].clone())
-        .collect();
-    assert_eq!(dels, [netns.clone(), String::new()], "the DELs' CNI_NETNS");
-    let ok = format!("DEL container={id} ifname={IFNAME}");
-    let log = fx.node.log();
+    let pod = running_pod(&[]);
+    pod.stop();
+    assert_released(&pod.fx, &pod.host);
+    assert!(!Path::new(&pod.netns).exists(), "the first stop removes it");
+    pod.stop();
+    assert_eq!(pod.del_netns(), [pod.netns.clone(), String::new()]);
+    let ok = format!("DEL container={} ifname={IFNAME}", pod.id);
+    let log = pod.fx.node.log();
     assert_eq!(
         log.lines()
             .filter(|l| l.contains(&ok) && l.contains(": ok in"))
@@ -329,8 +375,7 @@ fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns() {
         2,
         "two successful DELs in the node's log:\n{log}"
     );
-    cd.remove_pod(&id);
-    assert_gone(&cd, &fx, &id, &netns, &host);
+    pod.remove();
 }
 
 /// containerd dies and starts again between RunPodSandbox and StopPodSandbox (an upgrade, a
@@ -338,16 +383,18 @@ fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns() {
 /// its StopPodSandbox releases everything.
 #[test]
 fn containerd_restarted_between_run_and_stop() {
-    let (fx, vmi, mut cd) = cluster_pod(&[]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    cd.restart();
-    let (again, host_again) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    assert_eq!(
-        (again.as_str(), host_again.as_str()),
-        (netns.as_str(), host.as_str())
+    let mut pod = running_pod(&[]);
+    pod.cd.restart();
+    let again = assert_attached(
+        &pod.cd,
+        &pod.fx.sim,
+        &pod.fx.node,
+        &pod.fx.pod,
+        &pod.vmi,
+        &pod.id,
     );
-    end_pod(&cd, &fx, &id, &netns, &host);
+    assert_eq!(again, (pod.netns.clone(), pod.host.clone()));
+    pod.end();
 }
 
 /// Someone removes the pod's netns by hand (`ip netns delete`) while the sandbox runs: the
@@ -355,24 +402,16 @@ fn containerd_restarted_between_run_and_stop() {
 /// name, the registration and the state.
 #[test]
 fn netns_removed_by_hand_before_stop() {
-    let (fx, vmi, cd) = cluster_pod(&[]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    let name = view(&netns).name.clone();
+    let pod = running_pod(&[]);
+    let name = view(&pod.netns).name.clone();
     sh("ip", &["netns", "delete", &name]);
-    assert!(!Path::new(&netns).exists());
+    assert!(!Path::new(&pod.netns).exists());
     // The pause container still holds the namespace, and with it the veth pair.
-    assert!(host_link_exists(&host));
-    cd.stop_pod(&id);
-    let dels: Vec<String> = cd
-        .calls_of("DEL", &id)
-        .into_iter()
-        .map(|c| c[0].clone())
-        .collect();
-    assert_eq!(dels, [String::new()], "containerd found its netns gone");
-    assert_released(&fx, &host);
-    cd.remove_pod(&id);
-    assert_gone(&cd, &fx, &id, &netns, &host);
+    assert!(host_link_exists(&pod.host));
+    pod.stop();
+    assert_eq!(pod.del_netns(), [""], "containerd found its netns gone");
+    assert_released(&pod.fx, &pod.host);
+    pod.remove();
 }
 
 /// The runtime fails after the network is up (the sandbox's runc cannot create the container):
@@ -622,14 +661,13 @@ fn the_node_wide_file_and_the_conflist_share_the_nodes_cni_directory() {
 fn a_traceparent_reaches_the_calls_log_lines() {
     let trace = "0af7651916cd43dd8448eb211c80319c";
     let traceparent = format!("00-{trace}-b7ad6b7169203331-01");
-    let (fx, vmi, cd) = cluster_pod(&[("TRACEPARENT", &traceparent)]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    end_pod(&cd, &fx, &id, &netns, &host);
+    let pod = running_pod(&[("TRACEPARENT", &traceparent)]);
+    pod.end();
+    let Running { cd, fx, id, .. } = &pod;
     for command in ["ADD", "DEL"] {
-        let calls = cd.calls_of(command, &id);
+        let calls = cd.calls_of(command, id);
         assert_eq!(calls[0][2], traceparent, "what containerd passed");
-        let line = assert_call_logged(&fx.node, command, &id, &fx.pod);
+        let line = assert_call_logged(&fx.node, command, id, &fx.pod);
         assert!(line.contains(&format!(" trace={trace}")), "{line}");
     }
 }
