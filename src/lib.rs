@@ -63,6 +63,9 @@ struct Line {
     network: String,
     pod: String,
     vmis: String,
+    /// The caller's W3C trace context (`TRACEPARENT`, OpenTelemetry's environment carrier),
+    /// when it passed one.
+    trace: Option<String>,
 }
 
 impl Line {
@@ -89,8 +92,40 @@ impl Line {
             network: "?".into(),
             pod: "?".into(),
             vmis: "-".into(),
+            trace: std::env::var_os("TRACEPARENT")
+                .filter(|v| !v.is_empty())
+                .map(|v| v.to_string_lossy().into_owned()),
         }
     }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex trace id>-<16 hex parent id>-<2 hex
+/// flags>`, lower case; a later version may append fields after a dash), when it is valid: not
+/// version `ff`, neither id all zeros.
+fn trace_id(traceparent: &str) -> Option<&str> {
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let (version, rest) = traceparent.split_once('-')?;
+    let fields = rest.get(..52)?;
+    let tail = &rest[52..];
+    let (trace, parent, flags) = (fields.get(..32)?, fields.get(33..49)?, fields.get(50..)?);
+    let well_formed = hex(version, 2)
+        && version != "ff"
+        && (if version == "00" {
+            tail.is_empty()
+        } else {
+            tail.is_empty() || tail.starts_with('-')
+        })
+        && fields.as_bytes()[32] == b'-'
+        && fields.as_bytes()[49] == b'-'
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2);
+    (well_formed && !zero(trace) && !zero(parent)).then_some(trace)
 }
 
 impl std::fmt::Display for Line {
@@ -99,7 +134,15 @@ impl std::fmt::Display for Line {
             f,
             "{} container={} ifname={} network={} pod={} vmi={}",
             self.command, self.container, self.ifname, self.network, self.pod, self.vmis
-        )
+        )?;
+        match self.trace.as_deref() {
+            None => Ok(()),
+            Some(t) => match trace_id(t) {
+                Some(id) => write!(f, " trace={id}"),
+                // The caller's bytes: escaped and cut short, never taken for an id.
+                None => write!(f, " trace=invalid({})", logging::Shown(t)),
+            },
+        }
     }
 }
 
@@ -250,5 +293,43 @@ impl Op {
             Command::Status => Op::Status,
             Command::Version => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace_id;
+
+    #[test]
+    fn trace_ids_of_valid_traceparents_only() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let ok = format!("00-{id}-00f067aa0ba902b7-01");
+        assert_eq!(trace_id(&ok), Some(id));
+        assert_eq!(trace_id(&format!("00-{id}-00f067aa0ba902b7-00")), Some(id));
+        // A later version may carry more fields; version 00 may not.
+        assert_eq!(
+            trace_id(&format!("01-{id}-00f067aa0ba902b7-01-extra")),
+            Some(id)
+        );
+        assert_eq!(trace_id(&format!("01-{id}-00f067aa0ba902b7-01")), Some(id));
+        for bad in [
+            String::new(),
+            "00".into(),
+            format!("{ok}-extra"),
+            format!("01-{id}-00f067aa0ba902b7-01x"),
+            format!("ff-{id}-00f067aa0ba902b7-01"),
+            ok.to_uppercase(),
+            format!("00-{}-00f067aa0ba902b7-01", "0".repeat(32)),
+            format!("00-{id}-0000000000000000-01"),
+            format!("00-{id}-00f067aa0ba902b-01"),
+            format!("00-{id}x00f067aa0ba902b7-01"),
+            format!("0-{id}-00f067aa0ba902b7-01"),
+            format!("00-{}-00f067aa0ba902b7-01", "g".repeat(32)),
+            format!("00-{id}-00f067aa0ba902b7-1"),
+            format!("00-{id}-00f067aa0ba902b7\n-1"),
+            "00-é4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01".into(),
+        ] {
+            assert_eq!(trace_id(&bad), None, "{bad:?}");
+        }
     }
 }

@@ -277,14 +277,7 @@ impl Podman {
 
     /// Mount points under this test's directories (podman mounts each container's /dev/shm).
     fn mounts(&self) -> Vec<String> {
-        let prefix = format!("{}/", self.dir.to_str().unwrap());
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&prefix))
-            .map(str::to_string)
-            .collect()
+        procfs::mounts_under(&self.dir)
     }
 }
 

@@ -59,6 +59,7 @@ fn the_trust_table_covers_every_key_and_input() {
         "CNI_ARGS",
         "CNI_CONTAINERID",
         "CNI_NETNS",
+        "TRACEPARENT",
         "node-wide file",
         "CONTRAIL_CNI_CONF_DIR",
         "agent's answers",

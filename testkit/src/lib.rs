@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod procfs;
+
 /// Where this build's binaries are: a test runs from `target/<triple>/<profile>/deps`, one
 /// level below.
 fn build_dir() -> PathBuf {

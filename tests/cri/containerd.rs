@@ -1,0 +1,806 @@
+//! kubelet's side of containerd's CRI, for tests/cri: a private containerd 1.6 (Debian's, with
+//! its CRI plugin and runc) in the test's node, a sandbox image built by the test, and a CRI
+//! client (`k8s-cri`, tonic's generated client of the kubernetes/cri-api protos) on the test's
+//! own thread.
+//!
+//! Everything containerd keeps is the test's: its root, state, socket, CNI config and plugin
+//! directories in a temp dir; `/run/containerd` (the shims' sockets and runc's state, paths
+//! containerd 1.6 does not let a config move) and `/var/lib/cni` (libcni's cache, which go-cni
+//! does not move either) are tmpfs mounts of the node's own mount namespace; the pods' network
+//! namespaces (`/var/run/netns/cni-<uuid>`) are in the node's `/run/netns`. So tests run in
+//! parallel, never touch the machine's containerd, and the caches they check are theirs.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use contrail_testkit::*;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::*;
+use serde_json::{Value, json};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// What these tests need from Debian (scripts/test installs them).
+pub const PACKAGES: &str =
+    "containerd runc catatonit busybox-static containernetworking-plugins protobuf-compiler";
+/// The sandbox image the test builds and imports; also the probe containers' image.
+pub const IMAGE: &str = "ck8s.test/pause:1";
+/// The runtime handler whose runc is `/bin/false`: the sandbox's container cannot be created.
+pub const BROKEN_RUNTIME: &str = "broken";
+/// kubelet's namespace in containerd.
+const NAMESPACE: &str = "k8s.io";
+/// Upper bound for one CRI request or for containerd to come up: each takes well under a
+/// second here; a plugin that fails waits for the agent at most 0.5 s x 6 (the test node's).
+pub const BOUND: Duration = Duration::from_secs(60);
+const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
+const PLUGIN: &str = "contrail-k8s-cni";
+
+/// A private containerd, killed on drop with its shims and their containers (after the CRI has
+/// been asked to stop and remove what is left, so that the plugin's DEL runs: declare it after
+/// the test's simulator).
+pub struct Containerd {
+    pub dir: TempDir,
+    /// containerd's own environment, which libcni hands on to every plugin call.
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    rt: tokio::runtime::Runtime,
+    client: Option<RuntimeServiceClient<Channel>>,
+    /// The pods' cgroup parent, per test (`/ck8s-<tag>` in each hierarchy), removed on drop.
+    pub cgroup_parent: String,
+    /// The CRI plugin's CNI config directory (`conf_dir`).
+    pub conf_dir: PathBuf,
+}
+
+impl Containerd {
+    /// containerd with the plugin as the node's CNI (`conflist` in its CNI config directory,
+    /// when given) and the node's `CONTRAIL_CNI_CONF_DIR`; `env` is added to its environment.
+    pub fn start(node: &Node, conflist: Option<&Value>, env: &[(&str, &str)]) -> Containerd {
+        Containerd::new(node, None, conflist, env)
+    }
+
+    /// containerd whose CNI config directory is the node's own (the node-wide file's, as
+    /// `/etc/cni/net.d` is on a node), with nothing else in it.
+    pub fn start_in_node_dir(node: &Node) -> Containerd {
+        Containerd::new(node, Some(node.conf_dir.0.clone()), None, &[])
+    }
+
+    fn new(
+        node: &Node,
+        conf_dir: Option<PathBuf>,
+        conflist: Option<&Value>,
+        env: &[(&str, &str)],
+    ) -> Containerd {
+        enter_node();
+        for bin in ["containerd", "ctr", "containerd-shim-runc-v2", "runc"] {
+            assert!(
+                which(bin).is_some(),
+                "{bin} is missing: install {PACKAGES} (scripts/test does)"
+            );
+        }
+        let dir = TempDir::new();
+        for sub in ["root", "state", "cni-conf", "cni-bin", "logs", "opt"] {
+            std::fs::create_dir_all(dir.0.join(sub)).unwrap();
+        }
+        private_mount("/run/containerd");
+        private_mount("/var/lib/cni");
+        let mut env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.push((
+            "CONTRAIL_CNI_CONF_DIR".into(),
+            node.conf_dir.0.to_str().unwrap().into(),
+        ));
+        let mut c = Containerd {
+            env,
+            child: None,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            client: None,
+            cgroup_parent: format!("/ck8s-{}", tag()),
+            conf_dir: conf_dir.unwrap_or_else(|| dir.0.join("cni-conf")),
+            dir,
+        };
+        c.install_plugins();
+        c.write_config();
+        if let Some(list) = conflist {
+            c.install_conflist(list);
+        }
+        c.run();
+        c.import_image();
+        c
+    }
+
+    pub fn path(&self, sub: &str) -> PathBuf {
+        self.dir.0.join(sub)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path("containerd.sock")
+    }
+
+    /// The CNI plugin directory: the conflist's plugins and `loopback` (the CRI plugin adds a
+    /// loopback network to every pod). Ours is the release binary behind a wrapper that records
+    /// what the runtime passed (command, container, netns, CNI_ARGS, TRACEPARENT) and execs it
+    /// with the same environment and stdin.
+    fn install_plugins(&self) {
+        let bin = self.path("cni-bin");
+        for kind in ["tuning", "loopback"] {
+            let p = Path::new(REFERENCE_PLUGINS).join(kind);
+            assert!(
+                p.exists(),
+                "{} is missing: install {PACKAGES} (scripts/test does)",
+                p.display()
+            );
+            std::os::unix::fs::symlink(&p, bin.join(kind)).unwrap();
+        }
+        let script = format!(
+            "#!/bin/sh\n\
+             printf '%s\\t%s\\t%s\\t%s\\t%s\\n' \"$CNI_COMMAND\" \"$CNI_CONTAINERID\" \
+             \"$CNI_NETNS\" \"$CNI_ARGS\" \"$TRACEPARENT\" >> {}\n\
+             exec {}\n",
+            self.path("calls.tsv").display(),
+            plugin_bin().display()
+        );
+        let wrapper = bin.join(PLUGIN);
+        std::fs::write(&wrapper, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Puts a conflist into the CNI config directory as `install` puts the node's file there: a
+    /// temp file beside it (a name libcni does not load), renamed into place. containerd 1.6's
+    /// conf watch ignores fsnotify's Create events, which is all a file moved in from another
+    /// directory makes; the temp file's rename away is what it reloads on.
+    pub fn install_conflist(&self, list: &Value) {
+        self.install_conflist_as("10-contrail.conflist", list);
+    }
+
+    /// [`Containerd::install_conflist`] under another name.
+    pub fn install_conflist_as(&self, name: &str, list: &Value) {
+        let tmp = self.conf_dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(list).unwrap()).unwrap();
+        std::fs::rename(&tmp, self.conf_dir.join(name)).unwrap();
+    }
+
+    fn write_config(&self) {
+        let p = |sub: &str| toml(self.path(sub).to_str().unwrap());
+        let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
+        let config = format!(
+            "version = 2\n\
+             root = {root}\n\
+             state = {state}\n\
+             [grpc]\n  address = {sock}\n\
+             [ttrpc]\n  address = {ttrpc}\n\
+             [plugins.\"io.containerd.internal.v1.opt\"]\n  path = {opt}\n\
+             [{cri}]\n\
+             \x20 sandbox_image = {image}\n\
+             \x20 restrict_oom_score_adj = true\n\
+             [{cri}.containerd]\n\
+             \x20 snapshotter = \"native\"\n\
+             \x20 default_runtime_name = \"runc\"\n\
+             [{cri}.containerd.runtimes.runc]\n\
+             \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+             [{cri}.containerd.runtimes.{broken}]\n\
+             \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+             [{cri}.containerd.runtimes.{broken}.options]\n\
+             \x20 BinaryName = \"/bin/false\"\n\
+             [{cri}.cni]\n\
+             \x20 bin_dir = {bin}\n\
+             \x20 conf_dir = {conf}\n\
+             \x20 max_conf_num = 1\n",
+            root = p("root"),
+            state = p("state"),
+            sock = toml(self.socket().to_str().unwrap()),
+            ttrpc = p("containerd.sock.ttrpc"),
+            opt = p("opt"),
+            image = toml(IMAGE),
+            broken = BROKEN_RUNTIME,
+            bin = p("cni-bin"),
+            conf = toml(self.conf_dir.to_str().unwrap()),
+        );
+        std::fs::write(self.path("config.toml"), config).unwrap();
+    }
+
+    /// Starts containerd and waits for its CRI to answer.
+    fn run(&mut self) {
+        // A socket a killed containerd left: not an answer.
+        let _ = std::fs::remove_file(self.socket());
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.path("containerd.log"))
+            .unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(self.path("config.toml"))
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run containerd ({e}): install {PACKAGES}"));
+        self.child = Some(child);
+        let sock = self.socket();
+        wait_for("containerd's socket", BOUND, || {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("containerd exited ({status}):\n{}", self.log());
+            }
+            sock.exists()
+        });
+        // Connected on first use, and again after a failure: the wait below retries.
+        let _guard = self.rt.enter();
+        let channel = Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .timeout(BOUND)
+            .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let sock = sock.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(sock).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }));
+        self.client = Some(RuntimeServiceClient::new(channel));
+        // The CRI plugin answers once it has loaded (the socket comes first).
+        wait_for("containerd's CRI to answer", BOUND, || {
+            self.try_cri(|mut c| async move { c.version(VersionRequest::default()).await })
+                .is_ok()
+        });
+    }
+
+    /// containerd dies (SIGKILL: the shims and the pods' containers live on, as under
+    /// systemd's `KillMode=process`) and starts again with the same configuration.
+    pub fn restart(&mut self) {
+        self.client = None;
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+        self.run();
+    }
+
+    /// containerd's own log (shown when something fails).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.path("containerd.log")).unwrap_or_default()
+    }
+
+    /// The plugin calls containerd made, in order: (command, container id, netns, CNI_ARGS,
+    /// TRACEPARENT).
+    pub fn calls(&self) -> Vec<[String; 5]> {
+        std::fs::read_to_string(self.path("calls.tsv"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                assert_eq!(f.len(), 5, "a recorded call: {l:?}");
+                [0, 1, 2, 3, 4].map(|i| f[i].to_string())
+            })
+            .collect()
+    }
+
+    /// The recorded calls of one command for one sandbox: (netns, CNI_ARGS, TRACEPARENT).
+    pub fn calls_of(&self, command: &str, sandbox: &str) -> Vec<[String; 3]> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c[0] == command && c[1] == sandbox)
+            .map(|[_, _, netns, args, trace]| [netns, args, trace])
+            .collect()
+    }
+
+    /// The sandbox image, made here: an OCI archive whose one layer holds catatonit (a static
+    /// pause: `-P`) and busybox-static, imported with `ctr` as a node without a registry would.
+    fn import_image(&self) {
+        let img = self.path("image");
+        let layer = self.path("layer");
+        std::fs::create_dir_all(img.join("blobs/sha256")).unwrap();
+        std::fs::create_dir_all(layer.join("bin")).unwrap();
+        for (from, to) in [
+            ("/usr/bin/catatonit", "catatonit"),
+            ("/bin/busybox", "bin/busybox"),
+        ] {
+            std::fs::copy(from, layer.join(to))
+                .unwrap_or_else(|e| panic!("{from}: {e}: install {PACKAGES}"));
+        }
+        let layer_tar = self.path("layer.tar");
+        sh(
+            "tar",
+            &[
+                "-C",
+                layer.to_str().unwrap(),
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+                "-cf",
+                layer_tar.to_str().unwrap(),
+                ".",
+            ],
+        );
+        let blob = |bytes: &[u8]| -> Value {
+            let tmp = img.join("blobs/sha256/new");
+            std::fs::write(&tmp, bytes).unwrap();
+            let sum = sh("sha256sum", &[tmp.to_str().unwrap()]);
+            let hex = sum.split_whitespace().next().unwrap();
+            std::fs::rename(&tmp, img.join("blobs/sha256").join(hex)).unwrap();
+            json!({"digest": format!("sha256:{hex}"), "size": bytes.len()})
+        };
+        let layer_blob = blob(&std::fs::read(&layer_tar).unwrap());
+        let config = json!({
+            "architecture": "amd64", "os": "linux",
+            "config": {"Entrypoint": ["/catatonit", "-P"]},
+            "rootfs": {"type": "layers", "diff_ids": [layer_blob["digest"]]},
+        });
+        let with = |mut d: Value, media: &str| {
+            d["mediaType"] = json!(media);
+            d
+        };
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": with(blob(config.to_string().as_bytes()),
+                           "application/vnd.oci.image.config.v1+json"),
+            "layers": [with(layer_blob, "application/vnd.oci.image.layer.v1.tar")],
+        });
+        let mut entry = with(
+            blob(manifest.to_string().as_bytes()),
+            "application/vnd.oci.image.manifest.v1+json",
+        );
+        entry["annotations"] = json!({"io.containerd.image.name": IMAGE,
+                                      "org.opencontainers.image.ref.name": "1"});
+        entry["platform"] = json!({"architecture": "amd64", "os": "linux"});
+        let index = json!({"schemaVersion": 2, "manifests": [entry]});
+        std::fs::write(img.join("index.json"), index.to_string()).unwrap();
+        std::fs::write(img.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+        let archive = self.path("image.tar");
+        sh(
+            "tar",
+            &[
+                "-C",
+                img.to_str().unwrap(),
+                "-cf",
+                archive.to_str().unwrap(),
+                ".",
+            ],
+        );
+        let sock = self.socket();
+        let out = sh(
+            "ctr",
+            &[
+                "--address",
+                sock.to_str().unwrap(),
+                "-n",
+                NAMESPACE,
+                "images",
+                "import",
+                "--snapshotter",
+                "native",
+                archive.to_str().unwrap(),
+            ],
+        );
+        assert!(out.contains(IMAGE), "ctr images import: {out}");
+    }
+
+    /// One CRI request with this test's bound; the gRPC error as it came.
+    pub fn try_cri<T, F>(
+        &self,
+        call: impl FnOnce(RuntimeServiceClient<Channel>) -> F,
+    ) -> Result<T, tonic::Status>
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let client = self.client.clone().expect("containerd is running");
+        self.rt
+            .block_on(async { tokio::time::timeout(BOUND, call(client)).await })
+            .unwrap_or_else(|_| panic!("no CRI answer in {BOUND:?}:\n{}", self.log()))
+            .map(tonic::Response::into_inner)
+    }
+
+    /// A CRI request that must succeed.
+    #[track_caller]
+    pub fn cri<T, F>(&self, what: &str, call: impl FnOnce(RuntimeServiceClient<Channel>) -> F) -> T
+    where
+        F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.try_cri(call)
+            .unwrap_or_else(|e| panic!("{what}: {e:?}\ncontainerd's log:\n{}", self.log()))
+    }
+
+    /// The sandbox config kubelet sends for `pod` (its name, namespace and uid), with a log
+    /// directory and a cgroup parent of this test's.
+    pub fn sandbox_config(&self, pod: &PodSpec) -> PodSandboxConfig {
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: pod.name.clone(),
+                uid: pod.uuid.clone(),
+                namespace: pod.namespace.clone(),
+                attempt: 0,
+            }),
+            hostname: pod.name.clone(),
+            log_directory: self.path("logs").join(&pod.name).display().to_string(),
+            linux: Some(LinuxPodSandboxConfig {
+                cgroup_parent: self.cgroup_parent.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// RunPodSandbox as kubelet sends it; the runtime's answer.
+    pub fn try_run_pod(
+        &self,
+        pod: &PodSpec,
+        runtime_handler: &str,
+    ) -> Result<String, tonic::Status> {
+        let req = RunPodSandboxRequest {
+            config: Some(self.sandbox_config(pod)),
+            runtime_handler: runtime_handler.into(),
+        };
+        self.try_cri(|mut c| async move { c.run_pod_sandbox(req).await })
+            .map(|r| r.pod_sandbox_id)
+    }
+
+    /// RunPodSandbox, which must succeed: the sandbox id.
+    #[track_caller]
+    pub fn run_pod(&self, pod: &PodSpec) -> String {
+        self.try_run_pod(pod, "")
+            .unwrap_or_else(|e| panic!("RunPodSandbox: {e:?}\ncontainerd's log:\n{}", self.log()))
+    }
+
+    /// PodSandboxStatus (verbose): the status and containerd's info (`info`: its JSON, with the
+    /// runtime spec and the CNI result it keeps).
+    pub fn status(&self, id: &str) -> (PodSandboxStatus, Value) {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        };
+        let r = self.cri("PodSandboxStatus", |mut c| async move {
+            c.pod_sandbox_status(req).await
+        });
+        let info = r
+            .info
+            .get("info")
+            .map(|i| serde_json::from_str(i).unwrap())
+            .unwrap_or(Value::Null);
+        (r.status.expect("a sandbox status"), info)
+    }
+
+    /// The sandbox's network namespace, as containerd's runtime spec names it.
+    pub fn netns(&self, id: &str) -> String {
+        let (_, info) = self.status(id);
+        info["runtimeSpec"]["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["type"] == "network")
+            .and_then(|n| n["path"].as_str())
+            .unwrap_or_else(|| panic!("no network namespace in {info}"))
+            .to_string()
+    }
+
+    #[track_caller]
+    pub fn stop_pod(&self, id: &str) {
+        let req = StopPodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.cri("StopPodSandbox", |mut c| async move {
+            c.stop_pod_sandbox(req).await
+        });
+    }
+
+    #[track_caller]
+    pub fn remove_pod(&self, id: &str) {
+        let req = RemovePodSandboxRequest {
+            pod_sandbox_id: id.into(),
+        };
+        self.cri("RemovePodSandbox", |mut c| async move {
+            c.remove_pod_sandbox(req).await
+        });
+    }
+
+    /// The sandboxes containerd knows.
+    pub fn pods(&self) -> Vec<PodSandbox> {
+        self.cri("ListPodSandbox", |mut c| async move {
+            c.list_pod_sandbox(ListPodSandboxRequest::default()).await
+        })
+        .items
+    }
+
+    /// The runtime's conditions (`RuntimeReady`, `NetworkReady`): (status, reason, message).
+    pub fn conditions(&self) -> HashMap<String, (bool, String, String)> {
+        let r = self.cri("Status", |mut c| async move {
+            c.status(StatusRequest { verbose: false }).await
+        });
+        r.status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .map(|c| (c.r#type, (c.status, c.reason, c.message)))
+            .collect()
+    }
+
+    /// Waits for the CRI's `NetworkReady` (its conf watch has loaded a CNI config); on timeout,
+    /// fails with the condition's last reason and containerd's log.
+    pub fn wait_network_ready(&self) {
+        let start = std::time::Instant::now();
+        loop {
+            let (ready, reason, message) = self.conditions()["NetworkReady"].clone();
+            if ready {
+                return;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "NetworkReady still false after {BOUND:?}: {reason}: {message}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The CNI configuration the CRI plugin has loaded (containerd's `Status` info
+    /// `cniconfig`, what `crictl info` shows): the type of each plugin of its pod network, in
+    /// order; empty before a network config is loaded.
+    pub fn cni_plugins(&self) -> Vec<String> {
+        let r = self.cri("Status", |mut c| async move {
+            c.status(StatusRequest { verbose: true }).await
+        });
+        let config: Value = r
+            .info
+            .get("cniconfig")
+            .map(|c| serde_json::from_str(c).unwrap())
+            .unwrap_or(Value::Null);
+        // Networks[0] is the loopback network containerd adds; the pod network follows.
+        let Some(net) = config["Networks"].as_array().and_then(|n| n.get(1)) else {
+            return Vec::new();
+        };
+        let list: Value = serde_json::from_str(net["Config"]["Source"].as_str().unwrap()).unwrap();
+        match list["plugins"].as_array() {
+            Some(plugins) => plugins
+                .iter()
+                .map(|p| p["type"].as_str().unwrap().into())
+                .collect(),
+            None => vec![list["type"].as_str().unwrap().into()],
+        }
+    }
+
+    /// A container in the sandbox from the test's image, running `sleep`: its id.
+    pub fn start_probe(&self, sandbox: &str, pod: &PodSpec) -> String {
+        let req = CreateContainerRequest {
+            pod_sandbox_id: sandbox.into(),
+            config: Some(ContainerConfig {
+                metadata: Some(ContainerMetadata {
+                    name: "probe".into(),
+                    attempt: 0,
+                }),
+                image: Some(ImageSpec {
+                    image: IMAGE.into(),
+                    ..Default::default()
+                }),
+                command: ["/bin/busybox", "sleep", "3600"].map(String::from).to_vec(),
+                log_path: "probe.log".into(),
+                linux: Some(LinuxContainerConfig::default()),
+                ..Default::default()
+            }),
+            sandbox_config: Some(self.sandbox_config(pod)),
+        };
+        let id = self
+            .cri("CreateContainer", |mut c| async move {
+                c.create_container(req).await
+            })
+            .container_id;
+        let req = StartContainerRequest {
+            container_id: id.clone(),
+        };
+        self.cri("StartContainer", |mut c| async move {
+            c.start_container(req).await
+        });
+        id
+    }
+
+    /// ExecSync of a shell script in a container: (exit code, stdout, stderr).
+    pub fn exec(&self, container: &str, script: &str) -> (i32, String, String) {
+        let req = ExecSyncRequest {
+            container_id: container.into(),
+            cmd: ["/bin/busybox", "sh", "-c", script]
+                .map(String::from)
+                .to_vec(),
+            timeout: BOUND.as_secs() as i64,
+        };
+        let r = self.cri("ExecSync", |mut c| async move { c.exec_sync(req).await });
+        (
+            r.exit_code,
+            String::from_utf8_lossy(&r.stdout).into_owned(),
+            String::from_utf8_lossy(&r.stderr).into_owned(),
+        )
+    }
+
+    /// StopContainer (SIGKILL at once) and RemoveContainer.
+    pub fn remove_container(&self, id: &str) {
+        let req = StopContainerRequest {
+            container_id: id.into(),
+            timeout: 0,
+        };
+        self.cri("StopContainer", |mut c| async move {
+            c.stop_container(req).await
+        });
+        let req = RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.cri("RemoveContainer", |mut c| async move {
+            c.remove_container(req).await
+        });
+    }
+
+    /// Runs futures on the client concurrently (kubelet's pod workers do): their results in
+    /// order.
+    pub fn concurrently<T: 'static, F>(&self, calls: Vec<F>) -> Vec<T>
+    where
+        F: Future<Output = T> + 'static,
+    {
+        self.rt.block_on(async {
+            let local = tokio::task::LocalSet::new();
+            let handles: Vec<_> = calls.into_iter().map(|f| local.spawn_local(f)).collect();
+            local
+                .run_until(async {
+                    let mut out = Vec::new();
+                    for h in handles {
+                        out.push(h.await.unwrap());
+                    }
+                    out
+                })
+                .await
+        })
+    }
+
+    /// The CRI client, for [`Containerd::concurrently`].
+    pub fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone().expect("containerd is running")
+    }
+
+    /// What containerd still keeps of a sandbox: its directories under the CRI plugin's root
+    /// and state, its libcni cache entries (ours and the loopback network's).
+    pub fn kept(&self, sandbox: &str) -> Vec<PathBuf> {
+        let cri_root = self.path("root/io.containerd.grpc.v1.cri/sandboxes");
+        let cri_state = self.path("state/io.containerd.grpc.v1.cri/sandboxes");
+        let mut kept: Vec<PathBuf> = [cri_root.join(sandbox), cri_state.join(sandbox)]
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect();
+        kept.extend(
+            std::fs::read_dir("/var/lib/cni/results")
+                .into_iter()
+                .flatten()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().contains(sandbox)),
+        );
+        kept
+    }
+
+    /// containerd's processes: itself, the shims of its sandboxes and what they run (the pause
+    /// and probe containers).
+    fn processes(&self) -> Vec<u32> {
+        let sock = self.socket();
+        let all = all_processes();
+        let mut pids: Vec<u32> = all
+            .iter()
+            .filter(|(_, _, argv)| argv.iter().any(|a| Path::new(a) == sock))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        if let Some(c) = &self.child {
+            pids.push(c.id());
+        }
+        // Their descendants (the shims are the containers' subreapers).
+        loop {
+            let more: Vec<u32> = all
+                .iter()
+                .filter(|(pid, ppid, _)| pids.contains(ppid) && !pids.contains(pid))
+                .map(|(pid, _, _)| *pid)
+                .collect();
+            if more.is_empty() {
+                return pids;
+            }
+            pids.extend(more);
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Best effort, never panicking: after a passing test the sandboxes are gone already.
+        if self.client.is_some() && self.child.is_some() {
+            let pods = self.try_cri(|mut c| async move {
+                c.list_pod_sandbox(ListPodSandboxRequest::default()).await
+            });
+            for p in pods.map(|r| r.items).unwrap_or_default() {
+                let id = p.id;
+                let stop = StopPodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                };
+                let _ = self.try_cri(|mut c| async move { c.stop_pod_sandbox(stop).await });
+                let remove = RemovePodSandboxRequest { pod_sandbox_id: id };
+                let _ = self.try_cri(|mut c| async move { c.remove_pod_sandbox(remove).await });
+            }
+        }
+        self.client = None;
+        for pid in self.processes() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+        for m in procfs::mounts_under(&self.dir.0).iter().rev() {
+            let _ = Command::new("umount").args(["-l", m]).status();
+        }
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten() {
+            let parent = hierarchy
+                .unwrap()
+                .path()
+                .join(self.cgroup_parent.trim_start_matches('/'));
+            // Its sandboxes' cgroups first (runc removes them; a killed one may not have).
+            for sub in std::fs::read_dir(&parent).into_iter().flatten() {
+                let _ = std::fs::remove_dir(sub.unwrap().path());
+            }
+            let _ = std::fs::remove_dir(&parent);
+        }
+    }
+}
+
+/// A tmpfs over `path` in the node's mount namespace: private to the test, gone with it.
+fn private_mount(path: &str) {
+    std::fs::create_dir_all(path).unwrap();
+    sh("mount", &["-t", "tmpfs", "-o", "mode=0755", "tmpfs", path]);
+}
+
+/// Every process: (pid, parent pid, argv).
+fn all_processes() -> Vec<(u32, u32, Vec<String>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // The command name is in parentheses and may hold anything: the fields follow the last.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        let argv = std::fs::read(e.path().join("cmdline"))
+            .unwrap_or_default()
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        out.push((pid, ppid, argv));
+    }
+    out
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(bin))
+    .find(|p| p.exists())
+}
+
+/// A TOML basic string (JSON's escaping is valid TOML for these paths).
+fn toml(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
