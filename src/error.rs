@@ -9,8 +9,8 @@ use std::io;
 use std::time::Duration;
 
 use crate::cni::SUPPORTED_VERSIONS;
-pub use crate::interface::Mismatch;
-use crate::netlink;
+pub use crate::kernel::interface::Mismatch;
+use crate::kernel::netlink;
 use crate::vmi::Unresolved;
 
 /// Reserved CNI error codes, and this plugin's own (100 and up).
@@ -480,7 +480,7 @@ impl Error {
     /// events that people read, and it may quote what a tenant chose (a network name, an agent
     /// annotation copied from the pod's network selection): escaped and bounded as the log is.
     pub fn to_json(&self, version: &str) -> serde_json::Value {
-        let msg = crate::logging::escaped(&self.to_string(), MAX_MSG);
+        let msg = crate::ops::logging::escaped(&self.to_string(), MAX_MSG);
         serde_json::json!({"cniVersion": version, "code": self.code(), "msg": msg})
     }
 }

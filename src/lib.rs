@@ -6,31 +6,15 @@
 //! in `agent` (HTTP), `state` (files) and `netlink`, and `add`, `del` and `check` run the
 //! steps.
 
-mod add;
-mod agent;
-mod budget;
-mod call;
-mod check;
-pub mod cli;
+pub mod agent;
 pub mod cni;
+mod commands;
 pub mod config;
 mod crash;
-mod del;
 pub mod error;
-mod files;
-mod http;
-pub mod inspect;
-pub mod install;
-mod interface;
-mod links;
-mod logging;
-mod metrics;
-pub mod names;
-pub mod netlink;
-mod node;
-pub mod pod;
+pub mod kernel;
+pub mod ops;
 mod state;
-mod teardown;
 pub mod vmi;
 
 use std::time::Instant;
@@ -40,9 +24,11 @@ use serde_json::Value;
 /// How often a waiting call polls the agent (the benchmark states the readiness lag's floor
 /// from it).
 pub use crate::agent::POLL_PERIOD;
-use crate::call::Call;
-use crate::cni::{Command, Env};
+use crate::cni::{Command, Env, pod};
+use crate::commands::call::Call;
+use crate::commands::{add, check, del, node};
 pub use crate::error::{Error, Result};
+use crate::ops::{logging, metrics};
 
 /// `--version`: the crate version, the git revision it was built from, the CNI versions.
 pub fn version() -> String {

@@ -6,9 +6,10 @@ use std::io::{Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 
-use contrail_k8s_cni::cli::{self, Command, Usage};
 use contrail_k8s_cni::cni::{self, Env, Version};
-use contrail_k8s_cni::{Error, Result, inspect, install};
+use contrail_k8s_cni::ops::cli::{self, Command, Usage};
+use contrail_k8s_cni::ops::{inspect, install};
+use contrail_k8s_cni::{Error, Result};
 
 /// Network configs are a few hundred bytes; a larger stdin is a mistake or an attack.
 const MAX_STDIN: u64 = 1 << 20;

@@ -20,11 +20,11 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Number, Value, json};
 
+use contrail_k8s_cni::cni::pod::{self, Pod};
 use contrail_k8s_cni::cni::{Command, Env, SUPPORTED_VERSIONS, check_ifname, valid_name};
 use contrail_k8s_cni::config::{self, NetConf};
 use contrail_k8s_cni::error::code;
-use contrail_k8s_cni::names;
-use contrail_k8s_cni::pod::{self, Pod};
+use contrail_k8s_cni::kernel::names;
 use contrail_k8s_cni::vmi::{self, Attachment, Claim, IpConfig, Mac, Unresolved, Vmi, valid_uuid};
 use contrail_testkit::uuid_of;
 

@@ -6,7 +6,7 @@ use crate::{
 };
 
 use crate::{measure::*, report::*, stats::*};
-use contrail_k8s_cni::netlink::{self, Route, Socket, VethEnd};
+use contrail_k8s_cni::kernel::netlink::{self, Route, Socket, VethEnd};
 use contrail_testkit::{Netns, PodSpec, Sim, exchange, try_sh};
 use ipnetwork::IpNetwork;
 use serde_json::Value;

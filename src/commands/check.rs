@@ -3,13 +3,13 @@
 //! its port under this node's host interface with an IP configuration.
 
 use crate::agent::{Agent, Poll};
-use crate::call::{Call, open_netns};
+use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
-use crate::interface::{self, Mismatch};
-use crate::links::{self, Links};
-use crate::netlink::Socket;
+use crate::kernel::interface::{self, Mismatch};
+use crate::kernel::links::{self, Links};
+use crate::kernel::netlink::Socket;
 use crate::state::Record;
-use crate::teardown;
+use crate::state::ledger;
 use crate::vmi::IpConfig;
 
 pub fn check(call: &mut Call) -> Result<()> {
@@ -28,9 +28,9 @@ pub fn check(call: &mut Call) -> Result<()> {
     }
     let contrail = &call.conf.contrail;
     let agent = Agent::new(contrail, call.started);
-    let (pod, files) = teardown::open(&agent, &state, &vm_name)?;
+    let (pod, files) = ledger::open(&agent, &state, &vm_name)?;
     let ours = call.ours(files);
-    teardown::close(pod)?;
+    ledger::close(pod)?;
     if let Some(r) = ours.reserved.first() {
         return Err(Mismatch::Failed {
             ifname: r.ifname.clone(),

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use log::LevelFilter;
 use nix::fcntl::OFlag;
 
-use crate::files;
+use crate::state::files;
 
 /// The log file's size cap: past it, the file becomes `<name>.1` (replacing the previous one)
 /// and a new one starts, so a node never fills its disk with CNI logs.

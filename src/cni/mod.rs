@@ -3,6 +3,8 @@
 //! Owned here rather than taken from the `cni-plugin` crate, which rejects cniVersion 0.3.x, GC
 //! and STATUS and drops 1.1 result fields (see the README's dependency notes).
 
+pub mod pod;
+
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::cni::{self, Interface, Outcome};
 use crate::error::{Error, Result};
-use crate::netlink::Route;
+use crate::kernel::netlink::Route;
 use crate::state::Record;
 use crate::vmi::{IpConfig, Mac};
 

@@ -88,7 +88,7 @@ pub struct Contrail {
     pub vrouter_ip: IpAddr,
     pub vrouter_port: u16,
     /// The node's request budget to the agent: all calls on the node together send at most
-    /// this many requests a second (see [`crate::budget`]).
+    /// this many requests a second (see [`crate::agent::budget`]).
     pub agent_rate: u32,
     pub config_dir: PathBuf,
     /// Each request's timeout, and the unit of the total wait.
@@ -502,7 +502,7 @@ impl Settings {
             .unknown
             .iter()
             .take(SHOWN)
-            .map(|k| format!("contrail.{}", crate::logging::Shown(k)))
+            .map(|k| format!("contrail.{}", crate::ops::logging::Shown(k)))
             .collect();
         if self.unknown.len() > SHOWN {
             names.push(format!("and {} more", self.unknown.len() - SHOWN));

@@ -2,7 +2,7 @@
 //! VMI of the pod), in the agent's order: the pod's VMIs, the claims, the interfaces, the
 //! registrations (`POST /vm`), the IP configurations (which the agent has only for a registered
 //! port), the addresses and routes. A failure undoes what the call made
-//! ([`teardown::undo`]); its claims stay the attachments' (reservations), so that a retry gets
+//! ([`ledger::undo`]); its claims stay the attachments' (reservations), so that a retry gets
 //! the same VMIs and no sibling takes them.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,17 +10,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::agent::Agent;
-use crate::call::{Call, open_netns};
+use crate::cni::pod::Pod;
 use crate::cni::{Env, Outcome};
+use crate::commands::call::{Call, open_netns};
 use crate::config::{Mode, NetConf};
 use crate::error::{Conflict, During, Error, Malformed, Result};
-use crate::interface::{self, Spec};
-use crate::links::{self, Links};
-use crate::logging::Shown;
-use crate::netlink::{Netns, Socket};
-use crate::pod::Pod;
+use crate::kernel::interface::{self, Spec};
+use crate::kernel::links::{self, Links};
+use crate::kernel::netlink::{Netns, Socket};
+use crate::ops::logging::Shown;
+use crate::state::ledger::{self, Registered};
 use crate::state::{PodDir, PodFiles, Record, STATE_VERSION, StateDir};
-use crate::teardown::{self, Registered};
 use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
 
 /// ADD: sets up the call's attachments and returns the result of the first (thick mode's
@@ -110,9 +110,9 @@ impl Add<'_> {
     /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod
     /// never take the same VMI, and a crash after this point leaves records a DEL acts on.
     fn claim(&mut self, vmis: &[Vmi]) -> Result<Claimed> {
-        let (mut pod, files) = teardown::open(&self.agent, &self.state, &self.vm_name)?;
+        let (mut pod, files) = ledger::open(&self.agent, &self.state, &self.vm_name)?;
         let claimed = self.record_claims(&mut pod, &files, vmis);
-        teardown::close(pod)?;
+        ledger::close(pod)?;
         claimed
     }
 
@@ -293,8 +293,8 @@ impl Add<'_> {
     /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
     /// ADD is undone rather than leave an interface no record knows.
     fn still_held(&self, records: &[Record]) -> Result<()> {
-        let (pod, files) = teardown::open(&self.agent, &self.state, &self.vm_name)?;
-        teardown::close(pod)?;
+        let (pod, files) = ledger::open(&self.agent, &self.state, &self.vm_name)?;
+        ledger::close(pod)?;
         match records.iter().find(|r| !files.records.contains(r)) {
             Some(gone) => Err(Error::Interface(Conflict::TakenOver {
                 ifname: gone.ifname.clone(),
@@ -312,7 +312,7 @@ impl Add<'_> {
         } else {
             Registered::No
         };
-        let failed = match teardown::open(&self.agent, &self.state, &self.vm_name) {
+        let failed = match ledger::open(&self.agent, &self.state, &self.vm_name) {
             Err(e) => {
                 // The pod's state cannot be locked or read: its interfaces go all the same.
                 let mut failed = vec![e];
@@ -343,7 +343,7 @@ impl Add<'_> {
                         None => claims.push(r.clone()),
                     }
                 }
-                failed.extend(teardown::undo(
+                failed.extend(ledger::undo(
                     &self.agent,
                     &mut self.links,
                     &mut pod,
@@ -351,7 +351,7 @@ impl Add<'_> {
                     &claims,
                     registered,
                 ));
-                failed.extend(teardown::close(pod).err());
+                failed.extend(ledger::close(pod).err());
                 failed
             }
         };
@@ -383,8 +383,8 @@ fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Record {
         mac: vmi.mac.to_string(),
         default_gw: w.default_gw,
         mtu: String::new(),
-        claimed_boot: crate::files::boot_id(),
-        claimed_uptime_ms: crate::files::uptime().as_millis().to_string(),
+        claimed_boot: crate::state::files::boot_id(),
+        claimed_uptime_ms: crate::state::files::uptime().as_millis().to_string(),
         vlan: None,
     }
 }

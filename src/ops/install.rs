@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::files::{self, Sync};
+use crate::state::files::{self, Sync};
 
 const BINARY: &str = "contrail-k8s-cni";
 
@@ -54,7 +54,7 @@ pub fn run(opts: &Options) -> Result<String> {
     if !opts.watch {
         return Ok(done);
     }
-    crate::logging::init(None, log::LevelFilter::Info);
+    crate::ops::logging::init(None, log::LevelFilter::Info);
     log::info!("{}", done.replace('\n', "; "));
     watch(opts, &me);
     Ok("stopped on a signal".into())
@@ -101,7 +101,7 @@ fn stamp(m: &Metadata) -> (u64, u64, i64, i64) {
 
 /// `install --watch`: installs the config again when the mounted ConfigMap changes (kubelet
 /// swaps its `..data` link; the file is read through it), installs this binary again when
-/// something else replaced the node's copy, and sweeps (see [`crate::node::sweep`]) every
+/// something else replaced the node's copy, and sweeps (see [`crate::commands::node::sweep`]) every
 /// `--sweep-interval`, until SIGTERM.
 fn watch(opts: &Options, me: &[u8]) {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -156,7 +156,7 @@ fn watch(opts: &Options, me: &[u8]) {
 /// One sweep with the config as it is now; a failure is logged, and the next sweep tries again.
 fn sweep(file: &Path, grace: Duration) {
     let swept = crate::config::load_node_from(file)
-        .and_then(|node| crate::node::sweep(&node.contrail, grace));
+        .and_then(|node| crate::commands::node::sweep(&node.contrail, grace));
     if let Err(e) = swept {
         log::error!("sweep: {e}");
     }

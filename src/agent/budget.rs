@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::OFlag;
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 
-use crate::files;
+use crate::state::files;
 
 /// The schedule's file in `config-dir`: a dot name, which the agent's reload and the pods'
 /// names never use.

@@ -1,17 +1,20 @@
 //! The vRouter agent's port-IPC REST API at the node's address: a thin client around `vmi`'s
 //! parsers, and polling within one bounded total wait that a DEL of the attachment can end.
 
+pub(crate) mod budget;
+pub(crate) mod http;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::budget::{Budget, Class, NoTurn};
+use crate::agent::budget::{Budget, Class, NoTurn};
+use crate::agent::http::Method;
+use crate::cni::pod::Pod;
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
-use crate::http::{self, Method};
-use crate::pod::Pod;
 use crate::vmi::{self, IpConfig, Vmi};
 
 /// The first polls come 5 and 15 ms after the first one, so that an agent ready within
@@ -136,7 +139,7 @@ impl Agent {
         }
     }
 
-    /// Waits for the turn of a request in the node's budget (see [`crate::budget`]): requests
+    /// Waits for the turn of a request in the node's budget (see [`crate::agent::budget`]): requests
     /// that change registrations go before looks. The time left for the request itself after
     /// the wait: within the call's deadline, as the request's own timeout allows.
     fn turn(&self, method: Method, path: &str, timeout: Duration) -> Result<Duration> {
@@ -275,7 +278,7 @@ impl Agent {
                                 "VMI {}: ignoring its {key} annotation {}: neither true/yes/1 \
                                  nor false/no/0",
                                 v.uuid,
-                                crate::logging::Shown(value)
+                                crate::ops::logging::Shown(value)
                             );
                         }
                     }

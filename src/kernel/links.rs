@@ -20,9 +20,9 @@ use ipnetwork::IpNetwork;
 
 use crate::config::{Contrail, VifType};
 use crate::error::{Conflict, Error, Result};
-use crate::interface::{LinkSeen, Seen, Spec};
-use crate::names;
-use crate::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
+use crate::kernel::interface::{LinkSeen, Seen, Spec};
+use crate::kernel::names;
+use crate::kernel::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
 use crate::state::{Record, StateDir};
 use crate::vmi::Mac;
 
@@ -293,7 +293,7 @@ pub(crate) fn in_the_way(links: &mut Links, ctr: &mut Socket, record: &Record) -
         return Ok(false);
     };
     let host = links.host_side(record)?;
-    Ok(!host.is_some_and(|h| crate::interface::leads_to(&pod, &h)))
+    Ok(!host.is_some_and(|h| crate::kernel::interface::leads_to(&pod, &h)))
 }
 
 /// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:

@@ -5,12 +5,12 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
-use crate::call::scope;
+use crate::commands::call::scope;
 use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
-use crate::links::Links;
+use crate::kernel::links::Links;
+use crate::state::ledger;
 use crate::state::{Record, STATE_VERSION, StateDir};
-use crate::teardown;
 
 /// GC: finishes what is pending and removes what killed calls left (temp files, empty pod
 /// directories, lock files), then releases every attachment (and reservation) this plugin made
@@ -37,14 +37,14 @@ pub fn gc(conf: &NetConf, started: Instant) -> Result<()> {
 /// older than `grace`. A live sandbox, or one whose namespace path proves nothing, is kept.
 pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
     let now = Claimed {
-        boot: crate::files::boot_id(),
-        uptime: crate::files::uptime(),
+        boot: crate::state::files::boot_id(),
+        uptime: crate::state::files::uptime(),
         wall: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default(),
     };
     release_where(conf, "sweep", Instant::now(), |r| {
-        crate::netlink::netns_gone(&r.netns) && now.older(r, grace)
+        crate::kernel::netlink::netns_gone(&r.netns) && now.older(r, grace)
     })
 }
 
@@ -123,7 +123,7 @@ fn release_in(
 ) -> Result<usize> {
     // A pod a call is working on is skipped: this never waits for a slow call, and that call,
     // or the next pass, finishes what is pending.
-    let Some((mut pod, files)) = teardown::try_open(agent, state, vm_name)? else {
+    let Some((mut pod, files)) = ledger::try_open(agent, state, vm_name)? else {
         log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
         return Ok(0);
     };
@@ -161,8 +161,8 @@ fn release_in(
             records.push(r);
         }
     }
-    let removed = teardown::remove(agent, links, &mut pod, &records, &reserved);
-    teardown::close(pod)?;
+    let removed = ledger::remove(agent, links, &mut pod, &records, &reserved);
+    ledger::close(pod)?;
     for (_, lock) in locks {
         if let Err(e) = lock.remove() {
             log::warn!("{who}: removing an attachment's lock: {e}");

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::cni::Env;
+use crate::cni::pod::Pod;
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
-use crate::netlink::Netns;
-use crate::pod::Pod;
+use crate::kernel::netlink::Netns;
 use crate::state::{Lock, PodFiles, Record, StateDir};
 
 /// One CNI call's inputs, and what it acted on.

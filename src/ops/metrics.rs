@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg, OFlag};
 
-use crate::files::{self, Sync};
+use crate::state::files::{self, Sync};
 
 /// Upper bounds of the histograms' buckets, in seconds: a call takes milliseconds when the
 /// agent is ready and up to `poll-timeout` x `poll-retries` when it is not.
@@ -255,7 +255,7 @@ fn lock_within(file: std::fs::File, wait: Duration) -> io::Result<Flock<std::fs:
 }
 
 /// Adds `call` to the metrics file at `path`. The file, its lock and its temp file are opened
-/// as state files are (see [`crate::files`]): a symlink, FIFO or device there is refused.
+/// as state files are (see [`crate::state::files`]): a symlink, FIFO or device there is refused.
 pub fn record(path: &Path, call: &Call) -> io::Result<()> {
     let (dir, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) => (files::open_dir(dir)?, name),

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use crate::{inspect, install};
+use crate::ops::{inspect, install};
 
 const NAME: &str = "contrail-k8s-cni";
 

@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::agent::Agent;
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
-use crate::links::Links;
-use crate::netlink::{Netns, Socket};
+use crate::kernel::links::Links;
+use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Record, StateDir, Then};
 use crate::vmi::Mac;
 
@@ -58,7 +58,7 @@ pub(crate) struct Observed {
     pub host_if: bool,
     pub agent: AgentView,
     /// What CHECK would find different, when there is an interface and an IP configuration to
-    /// compare it with ([`crate::interface::Spec::verify`]: the same comparison).
+    /// compare it with ([`crate::kernel::interface::Spec::verify`]: the same comparison).
     pub differs: Option<String>,
 }
 
@@ -210,8 +210,8 @@ fn observe(
     let differs = match (&ip, sock.as_mut()) {
         (Ok(Some(ip)), Some(sock)) => {
             let mtu = r.mtu.parse().unwrap_or(conf.mtu);
-            let seen = crate::links::observe(links, sock, r);
-            match (crate::interface::describe(r, ip, mtu), seen) {
+            let seen = crate::kernel::links::observe(links, sock, r);
+            match (crate::kernel::interface::describe(r, ip, mtu), seen) {
                 (Ok(spec), Ok(seen)) => spec.verify(&seen).err().map(|m| m.to_string()),
                 (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
             }

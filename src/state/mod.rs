@@ -21,6 +21,9 @@
 //! reported as unreadable and left alone, and nothing is created or written outside
 //! `config-dir`.
 
+pub(crate) mod files;
+pub(crate) mod ledger;
+
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -35,10 +38,10 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
 
 use crate::cni::{check_ifname, valid_name};
-use crate::files::{
-    self, Sync, entries, flags, io, is_kind, is_temp, mode, stat_at, written_before_boot,
+use crate::kernel::names::attachment_lock;
+use crate::state::files::{
+    Sync, entries, flags, io, is_kind, is_temp, mode, stat_at, written_before_boot,
 };
-use crate::names::attachment_lock;
 use crate::vmi::{Claim, valid_uuid};
 
 /// Written into every state file, so a later format can tell ours apart.
@@ -440,7 +443,9 @@ impl StateDir {
         let mut strays: Vec<String> = entries(&self.fd)?
             .into_iter()
             .map(|(name, _)| name)
-            .filter(|name| name != LOCKS && name != crate::budget::FILE && !pods.contains(name))
+            .filter(|name| {
+                name != LOCKS && name != crate::agent::budget::FILE && !pods.contains(name)
+            })
             .collect();
         if let Some(locks) = self.locks_dir()? {
             let files = lock_files(&locks)?;
@@ -967,7 +972,7 @@ mod tests {
             container_id: container_id.into(),
             vm_uuid: "40936d96-cf0e-11e8-9892-002590aaa964".into(),
             vm_name: POD.into(),
-            host_ifname: crate::names::host_ifname(vmi),
+            host_ifname: crate::kernel::names::host_ifname(vmi),
             ifname: ifname.into(),
             netns: "/run/netns/x".into(),
             vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
@@ -1160,7 +1165,7 @@ mod tests {
         pod.write(&future).unwrap();
         let bad = pod.files().unwrap().unreadable;
         assert!(bad[0].why.contains("state version"), "{}", bad[0].why);
-        // Still a port the agent would reload: it stays registered (see teardown::settle).
+        // Still a port the agent would reload: it stays registered (see ledger::settle).
         assert_eq!(bad[0].port.as_ref().unwrap()["vmi-uuid"], B);
         fs::write(pod.path().join(B), "{ torn").unwrap();
         let bad = pod.files().unwrap().unreadable;

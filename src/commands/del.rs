@@ -3,11 +3,11 @@
 //! repeated DEL, an older sandbox's late DEL, a netns already gone) is success.
 
 use crate::agent::Agent;
-use crate::call::Call;
+use crate::commands::call::Call;
 use crate::error::{Error, Result};
-use crate::links::Links;
+use crate::kernel::links::Links;
+use crate::state::ledger;
 use crate::state::{Lock, StateDir};
-use crate::teardown;
 
 /// DEL. An ADD of the same attachment still running (its runtime gave up on it) is first asked
 /// to stop, then waited for: it may be killed before its rollback, and what it built is then
@@ -53,10 +53,10 @@ fn remove(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
     }
     let contrail = &call.conf.contrail;
     let agent = Agent::new(contrail, call.started);
-    let (mut pod, files) = teardown::open(&agent, state, vm_name)?;
+    let (mut pod, files) = ledger::open(&agent, state, vm_name)?;
     let ours = call.ours(files);
     let mut links = Links::new(contrail)?;
-    let removed = teardown::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
-    teardown::close(pod)?;
+    let removed = ledger::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
+    ledger::close(pod)?;
     removed
 }

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use crate::agent::Agent;
 use crate::error::{Error, Result};
-use crate::links::Links;
+use crate::kernel::links::Links;
 use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
@@ -204,7 +204,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     let mut pending = files.pending;
     let mut live = Vec::new();
     for r in files.records {
-        if !crate::netlink::netns_gone(&r.netns) {
+        if !crate::kernel::netlink::netns_gone(&r.netns) {
             live.push(r);
             continue;
         }
