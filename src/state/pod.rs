@@ -1,0 +1,324 @@
+//! A pod's directory: what it holds, and the pod locked while it is changed.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::stat::mkdirat;
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+use super::{LEGACY_RESYNC, Lock, MAX_FILE, Record, Unreadable, files, open_pod_dir};
+use crate::state::files::{Sync, entries, io, is_temp, mode, stat_at, written_before_boot};
+use crate::vmi::{Claim, valid_uuid};
+
+use super::record::{parse_record, port_of};
+
+/// What a released record becomes once the agent no longer has its registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing: the file goes (`.release`).
+    Gone,
+    /// The attachment's reservation (`.reserve`, then `.reserved`).
+    Reserved,
+}
+
+impl Then {
+    fn suffix(self) -> &'static str {
+        match self {
+            Then::Gone => "release",
+            Then::Reserved => "reserve",
+        }
+    }
+}
+
+pub(super) const RESERVED: &str = "reserved";
+
+/// `.<vmi-uuid>.<suffix>`: hidden from the agent's reload, which takes names starting with a
+/// uuid.
+pub(super) fn dotted(vmi_uuid: &str, suffix: &str) -> String {
+    format!(".{vmi_uuid}.{suffix}")
+}
+
+/// A released record whose deregistration is pending.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub vmi_uuid: String,
+    pub then: Then,
+    /// `None` when the file cannot be read (torn by a power loss).
+    pub record: Option<Record>,
+}
+
+/// What a pod's directory holds.
+#[derive(Default)]
+pub struct PodFiles {
+    /// The attachments of the pod, of any sandbox.
+    pub records: Vec<Record>,
+    /// Attachment files that could not be read.
+    pub unreadable: Vec<Unreadable>,
+    /// State files (an attachment's or a reservation) that a power loss left empty or torn:
+    /// regular files that are no JSON object for their VMI, last written before this boot.
+    /// State files are not fsynced, so a power loss may keep a rename and lose the content; a
+    /// call in flight never leaves one (it renames whole files into place), and the sandbox
+    /// such a file was for died with the node. Removed by whoever locks the pod next
+    /// ([`PodDir::files`]); they hold no VMI. One of this boot is `unreadable` instead.
+    pub torn: Vec<String>,
+    /// Failed attachments' claims (`.reserved`, and `.reserve` still pending).
+    pub reserved: Vec<Record>,
+    /// Released records whose deregistration is pending.
+    pub pending: Vec<Pending>,
+    /// A pending deregistration version 0.1.0 recorded: the pod's vm-uuid.
+    pub legacy_resync: Option<String>,
+    /// Temp files a killed writer left.
+    pub temps: Vec<String>,
+    /// Names that are none of the above: not this plugin's, left alone.
+    pub others: Vec<String>,
+}
+
+impl PodFiles {
+    pub(super) fn read(dir: Option<&OwnedFd>, path: &Path) -> io::Result<PodFiles> {
+        let mut files = PodFiles {
+            records: Vec::new(),
+            unreadable: Vec::new(),
+            torn: Vec::new(),
+            reserved: Vec::new(),
+            pending: Vec::new(),
+            legacy_resync: None,
+            temps: Vec::new(),
+            others: Vec::new(),
+        };
+        let Some(dir) = dir else {
+            return Ok(files);
+        };
+        let read = |name: &str, vmi: &str| {
+            let bytes = files::read_bounded(dir, name, MAX_FILE).map_err(|e| e.to_string());
+            let record = bytes
+                .as_deref()
+                .map_err(Clone::clone)
+                .and_then(|b| parse_record(b, vmi));
+            (bytes, record)
+        };
+        // Read whole (a regular file within bounds) yet not a port of this VMI, and older than
+        // the boot: see `torn`.
+        let torn = |name: &str, port: &Option<serde_json::Value>, bytes: &Result<_, _>| {
+            port.is_none()
+                && bytes.is_ok()
+                && stat_at(dir, name).is_ok_and(|st| st.is_some_and(|st| written_before_boot(&st)))
+        };
+        for (name, _) in entries(dir)? {
+            if is_temp(&name) {
+                files.temps.push(name);
+            } else if name == LEGACY_RESYNC {
+                let bytes = files::read_bounded(dir, LEGACY_RESYNC, MAX_FILE).unwrap_or_default();
+                let vm = String::from_utf8_lossy(&bytes).trim().to_string();
+                files.legacy_resync = valid_uuid(&vm).then_some(vm);
+            } else if valid_uuid(&name) {
+                match read(&name, &name) {
+                    (_, Ok(r)) => files.records.push(r),
+                    (bytes, Err(why)) => {
+                        let port = port_of(bytes.as_deref().ok(), &name);
+                        if torn(&name, &port, &bytes) {
+                            files.torn.push(name);
+                        } else {
+                            files.unreadable.push(Unreadable {
+                                path: path.join(&name),
+                                port,
+                                vmi_uuid: name,
+                                why,
+                            });
+                        }
+                    }
+                }
+            } else if let Some((vmi, suffix)) = name
+                .strip_prefix('.')
+                .and_then(|n| n.split_once('.'))
+                .filter(|(vmi, _)| valid_uuid(vmi))
+            {
+                let (bytes, record) = read(&name, vmi);
+                let record = record.ok();
+                let then = match suffix {
+                    "release" => Some(Then::Gone),
+                    "reserve" => Some(Then::Reserved),
+                    RESERVED => None,
+                    _ => {
+                        files.others.push(name.clone());
+                        continue;
+                    }
+                };
+                match (then, record) {
+                    (Some(then), record) => {
+                        if let (Then::Reserved, Some(r)) = (then, &record) {
+                            files.reserved.push(r.clone());
+                        }
+                        files.pending.push(Pending {
+                            vmi_uuid: vmi.to_string(),
+                            then,
+                            record,
+                        });
+                    }
+                    (None, Some(r)) => files.reserved.push(r),
+                    (None, None) if torn(&name, &None, &bytes) => files.torn.push(name.clone()),
+                    // A reservation that cannot be read holds nothing: it is debris.
+                    (None, None) => files.others.push(name.clone()),
+                }
+            } else {
+                files.others.push(name);
+            }
+        }
+        files.records.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.unreadable.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.reserved.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.pending.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
+        files.others.sort();
+        files.torn.sort();
+        Ok(files)
+    }
+
+    /// Every claim on a VMI: attachments, reservations, and files that cannot be read (held by
+    /// someone unknown).
+    pub fn claims(&self) -> Vec<Claim> {
+        self.records
+            .iter()
+            .chain(&self.reserved)
+            .map(Record::claim)
+            .chain(self.unreadable.iter().map(Unreadable::claim))
+            .collect()
+    }
+}
+
+/// A pod's state, locked for as long as this lives.
+pub struct PodDir {
+    pub(super) root: OwnedFd,
+    pub(super) name: String,
+    pub(super) path: PathBuf,
+    /// None until the pod has a file.
+    pub(super) dir: Option<OwnedFd>,
+    pub(super) lock: Lock,
+}
+
+impl PodDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pod's VM name (its directory's name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the pod's directory holds, once what a power loss left torn is gone (see
+    /// [`PodFiles::torn`]): every call for the pod, GC and the sweep read it here.
+    pub fn files(&self) -> io::Result<PodFiles> {
+        let mut files = PodFiles::read(self.dir.as_ref(), &self.path)?;
+        if let Some(dir) = &self.dir {
+            for name in files.torn.drain(..) {
+                let path = self.path.join(&name);
+                log::warn!(
+                    "removing {}: empty or torn and last written before this boot, left by a \
+                     power loss",
+                    path.display()
+                );
+                if let Err(e) = files::unlink(dir, &name) {
+                    log::warn!("could not remove {}: {e}", path.display());
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// The pod's directory, created (0700) on its first file.
+    fn dir(&mut self) -> io::Result<&OwnedFd> {
+        if self.dir.is_none() {
+            match mkdirat(&self.root, self.name.as_str(), mode(0o700)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(io(e)),
+            }
+            self.dir = open_pod_dir(&self.root, &self.name)?;
+        }
+        self.dir
+            .as_ref()
+            .ok_or_else(|| io::Error::other(format!("{} vanished", self.path.display())))
+    }
+
+    /// Writes an attachment's record atomically, in place of a reservation of its VMI.
+    pub fn write(&mut self, record: &Record) -> io::Result<()> {
+        let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        let dir = self.dir()?;
+        files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::No)?;
+        for suffix in [RESERVED, Then::Reserved.suffix()] {
+            files::unlink(dir, &dotted(&record.vmi_uuid, suffix))?;
+        }
+        Ok(())
+    }
+
+    /// Renames an attachment's file to its pending name (see [`Then`]): no new space.
+    pub fn mark_released(&self, vmi_uuid: &str, then: Then) -> io::Result<()> {
+        self.rename(vmi_uuid, &dotted(vmi_uuid, then.suffix()))
+    }
+
+    /// Removes an attachment's file at once: for one the agent never heard of.
+    pub fn remove(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.unlink(vmi_uuid)
+    }
+
+    /// Renames an attachment's file to a reservation at once: for one the agent never heard of.
+    pub fn reserve(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.rename(vmi_uuid, &dotted(vmi_uuid, RESERVED))
+    }
+
+    /// What a pending record becomes once the agent dropped its registration.
+    pub fn settled(&self, p: &Pending) -> io::Result<()> {
+        let from = dotted(&p.vmi_uuid, p.then.suffix());
+        match p.then {
+            Then::Gone => self.unlink(&from),
+            Then::Reserved => self.rename(&from, &dotted(&p.vmi_uuid, RESERVED)),
+        }
+    }
+
+    /// Drops a reservation: settled, it goes; pending, it becomes a pending release.
+    pub fn drop_reservation(&self, vmi_uuid: &str) -> io::Result<()> {
+        self.unlink(&dotted(vmi_uuid, RESERVED))?;
+        let pending = dotted(vmi_uuid, Then::Reserved.suffix());
+        match self.rename(&pending, &dotted(vmi_uuid, Then::Gone.suffix())) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Removes version 0.1.0's marker once its deregistration is done.
+    pub fn clear_legacy_resync(&self) -> io::Result<()> {
+        self.unlink(LEGACY_RESYNC)
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let dir = self
+            .dir
+            .as_ref()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        nix::fcntl::renameat(dir, from, dir, to).map_err(io)
+    }
+
+    fn unlink(&self, name: &str) -> io::Result<()> {
+        match &self.dir {
+            Some(dir) => files::unlink(dir, name),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the critical section: when nothing is left in the pod's directory (no attachment,
+    /// no pending resync), the directory goes, and its lock file with it.
+    pub fn close(self) -> io::Result<()> {
+        if let Some(dir) = &self.dir {
+            if !entries(dir)?.is_empty() {
+                return Ok(());
+            }
+            match unlinkat(&self.root, self.name.as_str(), UnlinkatFlags::RemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                // Written into meanwhile: not ours to remove.
+                Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(()),
+                Err(e) => return Err(io(e)),
+            }
+        }
+        self.lock.remove()
+    }
+}

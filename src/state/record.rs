@@ -1,0 +1,198 @@
+//! One attachment's state file: the record, and what reading one may find.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::STATE_VERSION;
+use crate::cni::{check_ifname, valid_name};
+use crate::vmi::{Claim, valid_uuid};
+
+/// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
+/// the agent tolerates extra keys, and files the agent wrote itself lack ours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    #[serde(default)]
+    pub time: String,
+    /// CNI_CONTAINERID of the sandbox that holds the attachment.
+    #[serde(rename = "vm-id")]
+    pub container_id: String,
+    #[serde(rename = "vm-uuid")]
+    pub vm_uuid: String,
+    #[serde(rename = "vm-name")]
+    pub vm_name: String,
+    #[serde(rename = "host-ifname")]
+    pub host_ifname: String,
+    #[serde(rename = "vm-ifname")]
+    pub ifname: String,
+    #[serde(rename = "vm-namespace", default)]
+    pub netns: String,
+    #[serde(rename = "vn-uuid")]
+    pub vn_uuid: String,
+    #[serde(rename = "vmi-uuid")]
+    pub vmi_uuid: String,
+    #[serde(
+        rename = "contrail-k8s-cni-state",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub state_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub network: String,
+    #[serde(
+        rename = "mac-address",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub mac: String,
+    /// Whether this interface carries the pod's default route; written as "true"/"false"
+    /// like the agent's own keys, absent from files the agent wrote.
+    #[serde(rename = "default-gw", default, with = "string_bool")]
+    pub default_gw: bool,
+    /// The MTU the attachment was made with (the network's config may set it), for `inspect`
+    /// to compare as CHECK does; absent from older files.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mtu: String,
+    /// The boot the claim was made in (the kernel's boot_id) and when, in ms since that boot
+    /// (CLOCK_BOOTTIME): times no clock step moves, for the sweep's grace. Absent from files of
+    /// 0.1 and the agent's own.
+    #[serde(
+        rename = "claimed-boot",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub claimed_boot: String,
+    #[serde(
+        rename = "claimed-uptime-ms",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub claimed_uptime_ms: String,
+    /// Nested mode: the VLAN tag of the attachment's sub-interface.
+    #[serde(
+        rename = "vlan-id",
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "string_tag"
+    )]
+    pub vlan: Option<u16>,
+}
+
+/// A VLAN tag kept as a string (every value in these files is a string).
+mod string_tag {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(tag: &Option<u16>, s: S) -> Result<S::Ok, S::Error> {
+        match tag {
+            Some(t) => s.serialize_str(&t.to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Some).map_err(D::Error::custom)
+    }
+}
+
+/// A bool kept as the string "true" or "false" (every value in these files is a string).
+mod string_bool {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(b: &bool, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if *b { "true" } else { "false" })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        Ok(String::deserialize(d)? == "true")
+    }
+}
+
+impl Record {
+    pub fn claim(&self) -> Claim {
+        Claim {
+            vmi: self.vmi_uuid.clone(),
+            container_id: Some(self.container_id.clone()),
+            ifname: self.ifname.clone(),
+        }
+    }
+
+    pub fn is(&self, container_id: &str, ifname: &str) -> bool {
+        self.container_id == container_id && self.ifname == ifname
+    }
+
+    /// The registration body: the record itself (the agent ignores the keys it does not know).
+    pub fn port(&self) -> serde_json::Value {
+        // Cannot fail: every field is a string or a bool.
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// A state file that could not be read: reported, left in place, and treated as held by
+/// someone else.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub vmi_uuid: String,
+    pub why: String,
+    /// The file as the agent reads it on restart, when it is a JSON object for this VMI (a
+    /// future version's file, say): it stays registered when the pod is re-registered.
+    pub port: Option<serde_json::Value>,
+}
+
+impl Unreadable {
+    pub fn claim(&self) -> Claim {
+        Claim {
+            vmi: self.vmi_uuid.clone(),
+            container_id: None,
+            ifname: String::new(),
+        }
+    }
+}
+
+/// A file's content as the agent reads it on restart, when it is a JSON object for `vmi`.
+pub(super) fn port_of(bytes: Option<&[u8]>, vmi: &str) -> Option<serde_json::Value> {
+    bytes
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(vmi))
+}
+
+pub(super) fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
+    let r: Record = serde_json::from_slice(bytes).map_err(|e| format!("not a state file: {e}"))?;
+    if r.vmi_uuid != name {
+        return Err(format!(
+            "names VMI {} but the file is named {name}",
+            r.vmi_uuid
+        ));
+    }
+    if !(r.state_version.is_empty() || r.state_version == STATE_VERSION) {
+        return Err(format!(
+            "state version {:?} is not one this plugin knows",
+            r.state_version
+        ));
+    }
+    check_names(&r)?;
+    Ok(r)
+}
+
+/// A record's identifiers, as strictly as the agent's answers' are checked: they become
+/// request paths to the agent, interface names, lock and directory names. Why one is refused
+/// names the key, never its bytes (which may hold anything, a line break and a header).
+pub(super) fn check_names(r: &Record) -> Result<(), String> {
+    for (key, value) in [("vm-uuid", &r.vm_uuid), ("vn-uuid", &r.vn_uuid)] {
+        if !valid_uuid(value) {
+            return Err(format!("its {key} is not a lowercase uuid"));
+        }
+    }
+    for (key, value) in [("host-ifname", &r.host_ifname), ("vm-ifname", &r.ifname)] {
+        check_ifname(value).map_err(|why| format!("its {key} is no interface name: it {why}"))?;
+    }
+    for (key, value) in [("vm-id", &r.container_id), ("vm-name", &r.vm_name)] {
+        if !valid_name(value) {
+            return Err(format!(
+                "its {key} does not match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
+            ));
+        }
+    }
+    Ok(())
+}
