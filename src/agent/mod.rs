@@ -15,6 +15,7 @@ use crate::agent::http::Method;
 use crate::cni::pod::Pod;
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
+use crate::state::ledger::Seal;
 use crate::vmi::{self, IpConfig, Vmi};
 
 /// The first polls come 5 and 15 ms after the first one, so that an agent ready within
@@ -363,7 +364,7 @@ impl Agent {
 
     /// `POST /vm`: registers a port (a state record, the agent's POST body), retried within the
     /// call's deadline. Registering a VMI again updates its registration.
-    pub fn register(&self, port: &Value) -> Result<()> {
+    pub(crate) fn register(&self, _: &Seal, port: &Value) -> Result<()> {
         let field = |k: &str| port.get(k).and_then(Value::as_str).unwrap_or("?");
         self.poll(
             &format!(
@@ -384,7 +385,7 @@ impl Agent {
     /// agent has no per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the
     /// ones that stay are registered again; a port of another VM is never sent. Both retried
     /// within the call's deadline.
-    pub fn resync(&self, vm_uuid: &str, ports: &[Value]) -> Result<()> {
+    pub(crate) fn resync(&self, seal: &Seal, vm_uuid: &str, ports: &[Value]) -> Result<()> {
         let path = format!("/vm/{vm_uuid}");
         self.poll(
             &format!("the agent to drop the ports of pod {vm_uuid}"),
@@ -397,7 +398,7 @@ impl Agent {
         ports
             .iter()
             .filter(|p| p.get("vm-uuid").and_then(Value::as_str) == Some(vm_uuid))
-            .try_for_each(|p| self.register(p))
+            .try_for_each(|p| self.register(seal, p))
     }
 
     /// STATUS: whether the agent answers at all (any HTTP status will do; 404 is what an

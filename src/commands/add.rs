@@ -38,7 +38,8 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     let dir = &contrail.config_dir;
     let state = StateDir::open(dir).map_err(Error::io("opening", dir))?;
     let vm_name = pod.vm_name(&contrail.cluster_name);
-    // Held for the whole call: a duplicate ADD waits for this one, a DEL asks it to stop.
+    // Held for the whole call: a duplicate ADD waits for this one, a DEL asks it to stop. Its
+    // file goes when it is dropped, on every return path.
     let lock = call.lock(&state, &vm_name)?;
     if let Err(e) = lock.clear_stop() {
         log::warn!("clearing a stale request to stop: {e}");
@@ -47,7 +48,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         .stop_probe()
         .map_err(Error::io("locking the attachment in", state.path()))?;
     let mut links = Links::new(contrail)?;
-    let result = links.ready(contrail.mtu).and_then(|()| {
+    links.ready(contrail.mtu).and_then(|()| {
         let mut add = Add {
             env: call.env,
             conf: call.conf,
@@ -59,11 +60,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
             vm_name,
         };
         add.run(pod, &mut call.vmis)
-    });
-    if let Err(e) = lock.remove() {
-        log::warn!("removing the attachment's lock: {e}");
-    }
-    result
+    })
 }
 
 /// What every step of one ADD works with.
@@ -186,8 +183,7 @@ impl Add<'_> {
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
             }
-            pod.write(&record)
-                .map_err(Error::io("writing state in", pod.path()))?;
+            ledger::write(pod, &record)?;
             claimed.records.push(record);
         }
         Ok(claimed)
@@ -254,16 +250,20 @@ impl Add<'_> {
     fn attach(&mut self, records: &[Record], made: &mut Made) -> Result<Outcome> {
         let mtu = self.conf.contrail.mtu;
         for r in records {
-            self.links
-                .create(&self.state, r, mtu, &self.netns, &mut self.ctr)?;
+            ledger::create_link(
+                &mut self.links,
+                &self.state,
+                r,
+                mtu,
+                &self.netns,
+                &mut self.ctr,
+            )?;
             made.links.push(r.clone());
         }
         crate::crash::point("veth");
         if self.agent.registers() {
             made.registered = true;
-            for r in records {
-                self.agent.register(&r.port())?;
-            }
+            ledger::register(&self.agent, records)?;
         }
         crate::crash::point("registered");
         let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
@@ -316,7 +316,7 @@ impl Add<'_> {
             Err(e) => {
                 // The pod's state cannot be locked or read: its interfaces go all the same.
                 let mut failed = vec![e];
-                failed.extend(self.links.remove(&made.links).into_iter().map(|(_, e)| e));
+                failed.extend(ledger::unlink(&mut self.links, &made.links));
                 failed
             }
             Ok((mut pod, files)) => {
@@ -328,29 +328,26 @@ impl Add<'_> {
                         .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
                 };
                 let links: Vec<Record> = made.links.iter().filter(|r| ours(r)).cloned().collect();
-                let mut failed = Vec::new();
-                let mut claims = Vec::new();
+                // An attachment that was there before this call, registered, gets its record
+                // back as it was (before the agent is brought in line); a new claim is
+                // released.
+                let (mut restore, mut claims) = (Vec::new(), Vec::new());
                 for (r, old) in claimed.records.iter().zip(&claimed.prior) {
                     match old {
                         _ if !ours(r) => {}
-                        // The attachment was there before this call, registered: its record
-                        // goes back as it was (before the agent is brought in line, below).
-                        Some(old) => failed.extend(
-                            pod.write(old)
-                                .map_err(Error::io("restoring state in", pod.path()))
-                                .err(),
-                        ),
+                        Some(old) => restore.push(old.clone()),
                         None => claims.push(r.clone()),
                     }
                 }
-                failed.extend(ledger::undo(
+                let mut failed = ledger::undo(
                     &self.agent,
                     &mut self.links,
                     &mut pod,
+                    &restore,
                     &links,
                     &claims,
                     registered,
-                ));
+                );
                 failed.extend(ledger::close(pod).err());
                 failed
             }

@@ -18,8 +18,9 @@ pub fn del(call: &mut Call) -> Result<()> {
     };
     let lock = lock_stopping_an_add(call, &state, &vm_name)?;
     let removed = remove(call, &state, &vm_name);
-    if let Err(e) = lock.clear_stop().and_then(|()| lock.remove()) {
-        log::warn!("removing the attachment's lock: {e}");
+    // The request to stop is answered; the lock's file goes when `lock` is dropped.
+    if let Err(e) = lock.clear_stop() {
+        log::warn!("withdrawing the request to stop: {e}");
     }
     removed
 }

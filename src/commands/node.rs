@@ -163,11 +163,8 @@ fn release_in(
     }
     let removed = ledger::remove(agent, links, &mut pod, &records, &reserved);
     ledger::close(pod)?;
-    for (_, lock) in locks {
-        if let Err(e) = lock.remove() {
-            log::warn!("{who}: removing an attachment's lock: {e}");
-        }
-    }
+    // The attachments' locks go with `locks`.
+    drop(locks);
     removed.map(|()| records.len() + reserved.len())
 }
 

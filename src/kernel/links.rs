@@ -23,6 +23,7 @@ use crate::error::{Conflict, Error, Result};
 use crate::kernel::interface::{LinkSeen, Seen, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
+use crate::state::ledger::Seal;
 use crate::state::{Record, StateDir};
 use crate::vmi::Mac;
 
@@ -88,6 +89,7 @@ impl Links {
     /// brings it up). A failure leaves nothing of it.
     pub(crate) fn create(
         &mut self,
+        _: &Seal,
         state: &StateDir,
         record: &Record,
         mtu: u32,
@@ -236,7 +238,7 @@ impl Links {
     /// Removes the records' interfaces by their host side (it works when the pod's netns is
     /// gone; the end in the pod goes with it); the ones already gone count as removed. Returns
     /// each one that could not be removed, with why.
-    pub(crate) fn remove(&mut self, records: &[Record]) -> Vec<(String, Error)> {
+    pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<(String, Error)> {
         let names: Vec<&str> = records.iter().map(|r| r.host_ifname.as_str()).collect();
         self.host
             .delete_links(&names)

@@ -1,7 +1,12 @@
-//! The one owner of the rule "the agent's registrations for a pod are exactly its attachments'
-//! state files", and of its crash safety. DEL, the rollback of a failed ADD, GC, the sweep and
-//! the resync of an interrupted call all go through here; nothing else renames or removes a
-//! state file or asks the agent to drop ports.
+//! The ledger: the one owner of the rule "the agent's registrations for a pod are exactly its
+//! attachments' state files, and the links they describe exist", and of its crash safety. It is
+//! the only code that writes, renames or removes a state file (`PodDir`'s writers are private
+//! to `state`), registers a port with the agent or drops one, and creates or deletes an
+//! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`] and
+//! [`Links::remove`] take a [`Seal`], which only this module can make. Everything else gets
+//! read-only views (`PodFiles`, the agent's GETs, `Links`' observers). ADD's claims, links and
+//! registrations, DEL, the rollback of a failed ADD, GC, the sweep and the resync of an
+//! interrupted call all go through here.
 //!
 //! The agent cannot deregister one VMI: `DELETE /vm/<vm-uuid>` drops every port of the pod,
 //! and the ones that stay are registered again from their files. So a release goes:
@@ -22,7 +27,41 @@ use std::collections::BTreeSet;
 use crate::agent::Agent;
 use crate::error::{Error, Result};
 use crate::kernel::links::Links;
+use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
+
+/// What the functions that change registrations and links ask for: proof that the ledger calls
+/// them. Its field is private, so no other module can make one.
+pub(crate) struct Seal(());
+
+const SEAL: Seal = Seal(());
+
+/// Records an ADD's claim (under the pod's lock, so that concurrent ADDs of one pod never take
+/// the same VMI), or puts back the record a retried ADD rewrote.
+pub(crate) fn write(pod: &mut PodDir, record: &Record) -> Result<()> {
+    pod.write(record)
+        .map_err(Error::io("writing state in", pod.path()))
+}
+
+/// Makes a claimed attachment's interface (see [`Links::create`]): after its record, so that a
+/// crash leaves a record a DEL acts on, never a link no record knows.
+pub(crate) fn create_link(
+    links: &mut Links,
+    state: &StateDir,
+    record: &Record,
+    mtu: u32,
+    netns: &Netns,
+    ctr: &mut Socket,
+) -> Result<()> {
+    links.create(&SEAL, state, record, mtu, netns, ctr)
+}
+
+/// `POST /vm` of recorded attachments (their records are the agent's POST bodies).
+pub(crate) fn register(agent: &Agent, records: &[Record]) -> Result<()> {
+    records
+        .iter()
+        .try_for_each(|r| agent.register(&SEAL, &r.port()))
+}
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
 /// agent did not answer it), and reads what the pod's directory then holds.
@@ -104,28 +143,44 @@ pub(crate) fn remove(
     }
 }
 
-/// Undoes a failed ADD: deletes the interfaces it created (`made`) and releases its `claims`,
-/// which stay the attachments' (reservations) so that no sibling takes their VMIs. Keeps going
-/// after a failure and returns every one.
+/// Undoes a failed ADD: puts back the records it rewrote (`restore`: attachments that were
+/// there before the call, registered), deletes the interfaces it created (`made`) and releases
+/// its new `claims`, which stay the attachments' (reservations) so that no sibling takes their
+/// VMIs. Keeps going after a failure and returns every one.
 pub(crate) fn undo(
     agent: &Agent,
     links: &mut Links,
     pod: &mut PodDir,
+    restore: &[Record],
     made: &[Record],
     claims: &[Record],
     registered: Registered,
 ) -> Vec<Error> {
-    let mut failed: Vec<Error> = delete_links(links, made)
-        .into_iter()
-        .map(|(_, e)| e)
+    let mut failed: Vec<Error> = restore
+        .iter()
+        .filter_map(|old| {
+            pod.write(old)
+                .map_err(Error::io("restoring state in", pod.path()))
+                .err()
+        })
         .collect();
+    failed.extend(unlink(links, made));
     failed.extend(release(agent, pod, claims, Then::Reserved, registered).err());
     failed
 }
 
+/// Deletes the interfaces a failed ADD made when the pod's state cannot be locked or read: they
+/// go all the same (their records stay, for the next DEL). Returns every failure.
+pub(crate) fn unlink(links: &mut Links, made: &[Record]) -> Vec<Error> {
+    delete_links(links, made)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
 /// Removes the records' interfaces; the ones that could not be removed, with why.
 fn delete_links(links: &mut Links, records: &[Record]) -> Vec<(String, Error)> {
-    let failed = links.remove(records);
+    let failed = links.remove(&SEAL, records);
     for (name, e) in &failed {
         log::warn!("could not delete {name}: {e}");
     }
@@ -228,7 +283,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
             "pod {}: bringing the agent's ports of {vm} in line with its files",
             pod.name()
         );
-        if let Err(e) = agent.resync(vm, &ports) {
+        if let Err(e) = agent.resync(&SEAL, vm, &ports) {
             log::warn!(
                 "pod {} left registered with the agent beyond its attachments; the next call \
                  for the pod, GC or the sweep retries: {e}",

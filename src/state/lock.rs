@@ -33,14 +33,38 @@ pub(super) fn lock_files(locks: &OwnedFd) -> io::Result<Vec<String>> {
     Ok(files)
 }
 
-/// A flock on `config-dir/.locks/<name>`, created on demand. Whoever finds the file no longer
-/// needed removes it while holding it; a waiter that then gets the lock sees that the path is
-/// another file (or none) and starts over on a fresh one.
+/// A flock on `config-dir/.locks/<name>`, created on demand, held until dropped. Whoever finds
+/// the file no longer needed removes it while holding it; a waiter that then gets the lock sees
+/// that the path is another file (or none) and starts over on a fresh one.
+///
+/// A guard: a lock taken with [`Discard::OnDrop`] (an attachment's: one call's) removes its
+/// file when dropped, on every return path; a pod's stays while the pod has a directory.
 pub struct Lock {
-    /// Held until dropped.
+    /// Held until dropped (after [`Drop::drop`] removed the file, when it does).
     _file: Flock<File>,
     locks: OwnedFd,
     name: String,
+    discard: Discard,
+}
+
+/// What becomes of a lock's file when the lock is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Discard {
+    /// Removed: nothing outlives the call that took the lock.
+    OnDrop,
+    /// Kept (a pod's lock while the pod has files; [`PodDir::close`](super::PodDir::close)
+    /// removes it with the directory).
+    Keep,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.discard == Discard::OnDrop {
+            if let Err(e) = files::unlink(&self.locks, &self.name) {
+                log::warn!("removing lock {LOCKS}/{}: {e}", self.name);
+            }
+        }
+    }
 }
 
 impl Lock {
@@ -48,11 +72,16 @@ impl Lock {
     /// frozen cgroup) or slow never holds a call up beyond its own deadline. Past it, an error
     /// of kind `TimedOut` (see [`crate::error::Error::locking`]). Asked again and again with a
     /// pause that grows to [`MAX_LOCK_PAUSE`]: a blocking flock cannot be given a deadline.
-    pub(super) fn take(state: &StateDir, name: String, deadline: Instant) -> io::Result<Lock> {
+    pub(super) fn take(
+        state: &StateDir,
+        name: String,
+        discard: Discard,
+        deadline: Instant,
+    ) -> io::Result<Lock> {
         let locks = state.locks()?;
         let mut pause = Duration::from_millis(1);
         loop {
-            if let Some(lock) = Lock::try_take(&locks, &name)? {
+            if let Some(lock) = Lock::try_take(&locks, &name, discard)? {
                 return Ok(lock);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -68,13 +97,18 @@ impl Lock {
     }
 
     /// The lock if nobody holds it now.
-    pub(super) fn try_take(locks: &OwnedFd, name: &str) -> io::Result<Option<Lock>> {
+    pub(super) fn try_take(
+        locks: &OwnedFd,
+        name: &str,
+        discard: Discard,
+    ) -> io::Result<Option<Lock>> {
         let file = Lock::open(locks, name)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(file) if Lock::current(locks, name, &file)? => Ok(Some(Lock {
                 _file: file,
                 locks: locks.try_clone()?,
                 name: name.to_string(),
+                discard,
             })),
             Ok(_) | Err((_, Errno::EWOULDBLOCK)) => Ok(None),
             Err((_, e)) => Err(io(e)),
@@ -93,8 +127,10 @@ impl Lock {
             .is_some_and(|st| st.st_ino == held.st_ino && st.st_dev == held.st_dev))
     }
 
-    /// Removes the lock file (while it is held) and releases it.
-    pub fn remove(self) -> io::Result<()> {
+    /// Removes the lock file (while it is held) and releases it, saying whether the removal
+    /// failed (dropping the lock only logs that).
+    pub(super) fn remove(mut self) -> io::Result<()> {
+        self.discard = Discard::Keep;
         files::unlink(&self.locks, &self.name)
     }
 

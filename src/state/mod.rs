@@ -45,7 +45,7 @@ use crate::kernel::names::attachment_lock;
 use crate::state::files::{entries, flags, io, is_kind, is_temp, mode, stat_at};
 
 pub use lock::Lock;
-use lock::{lock_files, stop_marker};
+use lock::{Discard, lock_files, stop_marker};
 pub use pod::{Pending, PodDir, PodFiles, Then};
 pub use record::{Record, Unreadable};
 
@@ -169,14 +169,14 @@ impl StateDir {
     /// Takes the pod's lock, and removes the temp files a killed writer left (every writer
     /// holds the lock, so any temp file seen here is stale).
     pub fn lock_pod(&self, vm_name: &str, deadline: Instant) -> io::Result<PodDir> {
-        let lock = Lock::take(self, vm_name.to_string(), deadline)?;
+        let lock = Lock::take(self, vm_name.to_string(), Discard::Keep, deadline)?;
         self.pod_dir(vm_name, lock)
     }
 
     /// [`StateDir::lock_pod`] if no call holds the pod's lock now: GC and the sweep skip a pod
     /// a call is working on rather than wait for it.
     pub fn try_lock_pod(&self, vm_name: &str) -> io::Result<Option<PodDir>> {
-        match Lock::try_take(&self.locks()?, vm_name)? {
+        match Lock::try_take(&self.locks()?, vm_name, Discard::Keep)? {
             Some(lock) => self.pod_dir(vm_name, lock).map(Some),
             None => Ok(None),
         }
@@ -214,6 +214,7 @@ impl StateDir {
         Lock::take(
             self,
             attachment_lock(vm_name, container_id, ifname),
+            Discard::OnDrop,
             deadline,
         )
     }
@@ -228,6 +229,7 @@ impl StateDir {
         Lock::try_take(
             &self.locks()?,
             &attachment_lock(vm_name, container_id, ifname),
+            Discard::OnDrop,
         )
     }
 
@@ -261,7 +263,7 @@ impl StateDir {
             if !is_add && self.has_pod(pod)? {
                 continue;
             }
-            if let Some(lock) = Lock::try_take(&locks, &name)? {
+            if let Some(lock) = Lock::try_take(&locks, &name, Discard::Keep)? {
                 if remove {
                     lock.remove()?;
                 }

@@ -241,7 +241,7 @@ impl PodDir {
     }
 
     /// Writes an attachment's record atomically, in place of a reservation of its VMI.
-    pub fn write(&mut self, record: &Record) -> io::Result<()> {
+    pub(super) fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
         let dir = self.dir()?;
         files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::No)?;
@@ -252,22 +252,22 @@ impl PodDir {
     }
 
     /// Renames an attachment's file to its pending name (see [`Then`]): no new space.
-    pub fn mark_released(&self, vmi_uuid: &str, then: Then) -> io::Result<()> {
+    pub(super) fn mark_released(&self, vmi_uuid: &str, then: Then) -> io::Result<()> {
         self.rename(vmi_uuid, &dotted(vmi_uuid, then.suffix()))
     }
 
     /// Removes an attachment's file at once: for one the agent never heard of.
-    pub fn remove(&self, vmi_uuid: &str) -> io::Result<()> {
+    pub(super) fn remove(&self, vmi_uuid: &str) -> io::Result<()> {
         self.unlink(vmi_uuid)
     }
 
     /// Renames an attachment's file to a reservation at once: for one the agent never heard of.
-    pub fn reserve(&self, vmi_uuid: &str) -> io::Result<()> {
+    pub(super) fn reserve(&self, vmi_uuid: &str) -> io::Result<()> {
         self.rename(vmi_uuid, &dotted(vmi_uuid, RESERVED))
     }
 
     /// What a pending record becomes once the agent dropped its registration.
-    pub fn settled(&self, p: &Pending) -> io::Result<()> {
+    pub(super) fn settled(&self, p: &Pending) -> io::Result<()> {
         let from = dotted(&p.vmi_uuid, p.then.suffix());
         match p.then {
             Then::Gone => self.unlink(&from),
@@ -276,7 +276,7 @@ impl PodDir {
     }
 
     /// Drops a reservation: settled, it goes; pending, it becomes a pending release.
-    pub fn drop_reservation(&self, vmi_uuid: &str) -> io::Result<()> {
+    pub(super) fn drop_reservation(&self, vmi_uuid: &str) -> io::Result<()> {
         self.unlink(&dotted(vmi_uuid, RESERVED))?;
         let pending = dotted(vmi_uuid, Then::Reserved.suffix());
         match self.rename(&pending, &dotted(vmi_uuid, Then::Gone.suffix())) {
@@ -286,7 +286,7 @@ impl PodDir {
     }
 
     /// Removes version 0.1.0's marker once its deregistration is done.
-    pub fn clear_legacy_resync(&self) -> io::Result<()> {
+    pub(super) fn clear_legacy_resync(&self) -> io::Result<()> {
         self.unlink(LEGACY_RESYNC)
     }
 
