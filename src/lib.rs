@@ -12,6 +12,7 @@ mod commands;
 pub mod config;
 mod crash;
 pub mod error;
+pub mod ids;
 pub mod kernel;
 pub mod ops;
 mod state;

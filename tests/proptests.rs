@@ -24,6 +24,7 @@ use contrail_k8s_cni::cni::pod::{self, Pod};
 use contrail_k8s_cni::cni::{Command, Env, SUPPORTED_VERSIONS, check_ifname, valid_name};
 use contrail_k8s_cni::config::{self, NetConf};
 use contrail_k8s_cni::error::code;
+use contrail_k8s_cni::ids::{VmUuid, VmiUuid, VnUuid};
 use contrail_k8s_cni::kernel::names;
 use contrail_k8s_cni::vmi::{self, Attachment, Claim, IpConfig, Mac, Unresolved, Vmi, valid_uuid};
 use contrail_testkit::uuid_of;
@@ -1275,9 +1276,9 @@ const VM_UUID: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
 fn test_vmi(uuid: String, network: &str, index: u32, count: u32, interface: Option<&str>) -> Vmi {
     Vmi {
         mac: Mac([2, 0, 0, 0, (index >> 8) as u8, index as u8]),
-        vm_uuid: VM_UUID.into(),
-        vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
-        uuid,
+        vm_uuid: VmUuid::parse(VM_UUID).unwrap(),
+        vn_uuid: VnUuid::parse("f95af4cc-e4ba-44c8-9936-269d891e0ee9").unwrap(),
+        uuid: VmiUuid::parse(uuid).unwrap(),
         network: network.into(),
         index,
         count,
@@ -1302,8 +1303,8 @@ fn resolved<'a>(
     let got = vmi::resolve(at, vmis, claims).and_then(|choice| {
         choice
             .take(|v| {
-                asked.push(v.uuid.clone());
-                registered.contains(&v.uuid)
+                asked.push(v.uuid.to_string());
+                registered.iter().any(|r| *r == v.uuid)
             })
             .ok_or(Unresolved::AllTaken {
                 count: vmis.iter().filter(|v| v.network == at.network).count(),
@@ -1512,8 +1513,9 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
                 let live = claims
                     .iter()
                     .any(|c| c.container_id.as_deref().is_none_or(|id| id == THIS));
-                let unexplained =
-                    candidates.len() > 1 && s.registered.contains(&v.uuid) && claims.is_empty();
+                let unexplained = candidates.len() > 1
+                    && s.registered.iter().any(|r| *r == v.uuid)
+                    && claims.is_empty();
                 prop_assert!(
                     v.interface.is_some() || live || unexplained,
                     "VMI {} (index {}) was free",
@@ -1567,7 +1569,7 @@ proptest! {
             .iter()
             .zip(&old)
             .filter(|(_, o)| **o)
-            .map(|(v, _)| Claim { vmi: v.uuid.clone(), container_id: Some(OLD.into()), ifname: "eth0".into() })
+            .map(|(v, _)| Claim { vmi: v.uuid.to_string(), container_id: Some(OLD.into()), ifname: "eth0".into() })
             .collect();
         let registered: Vec<String> = claims.iter().map(|c| c.vmi.clone()).collect();
         let mut on_net: Vec<&Vmi> = vmis.iter().filter(|v| v.network == "net-a").collect();
@@ -1580,10 +1582,10 @@ proptest! {
                 Err(e) => return Err(TestCaseError::fail(format!("{ifname}: {e:?} after {got:?}"))),
             };
             claims.retain(|c| c.vmi != v.uuid);
-            claims.push(Claim { vmi: v.uuid.clone(), container_id: Some(THIS.into()), ifname: ifname.to_string() });
+            claims.push(Claim { vmi: v.uuid.to_string(), container_id: Some(THIS.into()), ifname: ifname.to_string() });
             got.push(v.uuid.clone());
         }
-        let want: Vec<String> = on_net.iter().map(|v| v.uuid.clone()).collect();
+        let want: Vec<String> = on_net.iter().map(|v| v.uuid.to_string()).collect();
         prop_assert_eq!(&got, &want);
         for (ifname, uuid) in ifnames.iter().zip(&got) {
             let at = Attachment { network: "net-a", container_id: THIS, ifname };

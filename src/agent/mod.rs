@@ -15,6 +15,7 @@ use crate::agent::http::Method;
 use crate::cni::pod::Pod;
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, Malformed, Result};
+use crate::ids::{VmUuid, VmiUuid};
 use crate::state::ledger::Seal;
 use crate::vmi::{self, IpConfig, Vmi};
 
@@ -306,8 +307,8 @@ impl Agent {
     /// VMI is not registered, or its network has no IPAM).
     pub fn ip_config(
         &self,
-        vm_uuid: &str,
-        vmi_uuid: &str,
+        vm_uuid: &VmUuid,
+        vmi_uuid: &VmiUuid,
         timeout: Duration,
     ) -> Result<Option<IpConfig>> {
         let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
@@ -329,7 +330,7 @@ impl Agent {
     /// which must be registered already: the agent has none before. One request a poll, for the
     /// first VMI not ready yet; the ones after it are asked for at once when it is, so that a
     /// failure names the VMI that never got ready.
-    pub fn wait_for_ips(&self, vm_uuid: &str, vmis: &[&str]) -> Result<Vec<IpConfig>> {
+    pub fn wait_for_ips(&self, vm_uuid: &VmUuid, vmis: &[&VmiUuid]) -> Result<Vec<IpConfig>> {
         let what = match vmis {
             [one] => format!("the IP address of VMI {one}"),
             _ => format!(
@@ -355,7 +356,7 @@ impl Agent {
     /// Whether the agent reports a host interface for a VMI. One quick look, no waiting: used
     /// only to tell repeated attachments of one network apart. Within the invocation's
     /// deadline: a VMI the agent does not answer for in time counts as unregistered.
-    pub fn is_registered(&self, vm_uuid: &str, vmi_uuid: &str) -> bool {
+    pub fn is_registered(&self, vm_uuid: &VmUuid, vmi_uuid: &VmiUuid) -> bool {
         let left = self.deadline.saturating_duration_since(Instant::now());
         let t = left.min(self.poll_timeout);
         !t.is_zero()
@@ -385,7 +386,7 @@ impl Agent {
     /// agent has no per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the
     /// ones that stay are registered again; a port of another VM is never sent. Both retried
     /// within the call's deadline.
-    pub(crate) fn resync(&self, seal: &Seal, vm_uuid: &str, ports: &[Value]) -> Result<()> {
+    pub(crate) fn resync(&self, seal: &Seal, vm_uuid: &VmUuid, ports: &[Value]) -> Result<()> {
         let path = format!("/vm/{vm_uuid}");
         self.poll(
             &format!("the agent to drop the ports of pod {vm_uuid}"),

@@ -304,39 +304,12 @@ impl Env {
     }
 }
 
-/// The rule libcni applies to container ids and network names; it also keeps a value safe as
-/// one path component (no `/`, never `.` or `..`).
+/// The rule libcni applies to container ids and network names ([`crate::ids::check_name`]).
 pub fn valid_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 253
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+    crate::ids::check_name(s).is_ok()
 }
 
-/// Linux interface names, as libcni checks them.
-pub fn check_ifname(s: &str) -> std::result::Result<(), &'static str> {
-    if s.is_empty() || s.len() > 15 {
-        Err("must be 1 to 15 bytes long")
-    } else if s == "." || s == ".." {
-        Err("may not be . or ..")
-    // Unicode whitespace, as libcni checks it (`is_ascii_whitespace` would let \v through).
-    } else if s
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0')
-        // The kernel's isspace() also takes byte 0xa0 (Latin-1's no-break space), the last
-        // byte of some UTF-8 letters (à, Š): its dev_valid_name refuses those names.
-        || s.as_bytes().contains(&0xa0)
-    {
-        Err("may not contain '/', ':', NUL or whitespace")
-    // Linux takes them, but a name is shown in logs and by `ip`: no escape sequences.
-    } else if s.chars().any(char::is_control) {
-        Err("may not contain control characters")
-    } else {
-        Ok(())
-    }
-}
+pub use crate::ids::check_ifname;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ use crate::cni::{Env, Outcome};
 use crate::commands::call::{Call, open_netns};
 use crate::config::{Mode, NetConf};
 use crate::error::{Conflict, During, Error, Malformed, Result};
+use crate::ids::{ContainerId, IfName, Invalid, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Links};
 use crate::kernel::netlink::{Netns, Socket};
@@ -97,7 +98,7 @@ impl Add<'_> {
     fn run(&mut self, pod: &Pod, noted: &mut Vec<String>) -> Result<Outcome> {
         let vmis = self.agent.wait_for_pod(pod, &self.vm_name)?;
         let claimed = self.claim(&vmis)?;
-        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.clone()));
+        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.to_string()));
         crate::crash::point("claimed");
         let mut made = Made::default();
         self.attach(&claimed.records, &mut made)
@@ -142,7 +143,7 @@ impl Add<'_> {
         for old in prior.iter().flatten() {
             if links::in_the_way(&mut self.links, &mut self.ctr, old)? {
                 return Err(Error::Interface(Conflict::NameTaken {
-                    name: old.ifname.clone(),
+                    name: old.ifname.to_string(),
                     netns: self.env.netns.clone(),
                 }));
             }
@@ -178,7 +179,7 @@ impl Add<'_> {
                 &self.vm_name,
                 w,
                 self.links.host_name(&w.vmi.uuid),
-            );
+            )?;
             record.mtu = self.conf.contrail.mtu.to_string();
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
@@ -266,9 +267,11 @@ impl Add<'_> {
             ledger::register(&self.agent, records)?;
         }
         crate::crash::point("registered");
-        let uuids: Vec<&str> = records.iter().map(|r| r.vmi_uuid.as_str()).collect();
-        let vm_uuid = records.first().map_or("", |r| r.vm_uuid.as_str());
-        let ips = self.agent.wait_for_ips(vm_uuid, &uuids)?;
+        let uuids: Vec<&VmiUuid> = records.iter().map(|r| &r.vmi_uuid).collect();
+        let ips = match records.first() {
+            Some(r) => self.agent.wait_for_ips(&r.vm_uuid, &uuids)?,
+            None => Vec::new(),
+        };
         crate::crash::point("ip");
         let specs = records
             .iter()
@@ -297,7 +300,7 @@ impl Add<'_> {
         ledger::close(pod)?;
         match records.iter().find(|r| !files.records.contains(r)) {
             Some(gone) => Err(Error::Interface(Conflict::TakenOver {
-                ifname: gone.ifname.clone(),
+                ifname: gone.ifname.to_string(),
             })),
             None => Ok(()),
         }
@@ -359,19 +362,23 @@ impl Add<'_> {
     }
 }
 
-/// The state record of one attachment: the agent's POST /vm body plus ours.
-fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Record {
+/// The state record of one attachment: the agent's POST /vm body plus ours. Its identifiers
+/// enter the typed core here: CNI_CONTAINERID and CNI_IFNAME were checked by the same rules
+/// when the environment was read, the VM name is the pod's, the host-side name derived.
+fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Result<Record> {
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let vmi = w.vmi;
-    Record {
+    let invalid = |var: &'static str| move |e: Invalid| Error::env(var, e.rule);
+    Ok(Record {
         time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
-        container_id: env.container_id.clone(),
+        container_id: ContainerId::parse(env.container_id.as_str())
+            .map_err(invalid("CNI_CONTAINERID"))?,
         vm_uuid: vmi.vm_uuid.clone(),
-        vm_name: vm_name.to_string(),
-        host_ifname,
-        ifname: w.ifname.clone(),
+        vm_name: VmName::parse(vm_name).map_err(invalid("CNI_ARGS"))?,
+        host_ifname: IfName::parse(host_ifname).map_err(|_| Error::Internal)?,
+        ifname: IfName::parse(w.ifname.as_str()).map_err(invalid("CNI_IFNAME"))?,
         netns: env.netns.clone(),
         vn_uuid: vmi.vn_uuid.clone(),
         vmi_uuid: vmi.uuid.clone(),
@@ -383,7 +390,7 @@ fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Record {
         claimed_boot: crate::state::files::boot_id(),
         claimed_uptime_ms: crate::state::files::uptime().as_millis().to_string(),
         vlan: None,
-    }
+    })
 }
 
 /// Runtimes and meta-plugins may ask for an IP or MAC; Contrail allocates both, so a request

@@ -97,8 +97,8 @@ impl Call<'_> {
             .filter(|r| self.covers(r))
             .collect();
         for r in records.iter().chain(&reserved) {
-            if !self.vmis.contains(&r.vmi_uuid) {
-                self.vmis.push(r.vmi_uuid.clone());
+            if !self.vmis.iter().any(|v| *v == r.vmi_uuid) {
+                self.vmis.push(r.vmi_uuid.to_string());
             }
         }
         Ours { records, reserved }

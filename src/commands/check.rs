@@ -33,8 +33,8 @@ pub fn check(call: &mut Call) -> Result<()> {
     ledger::close(pod)?;
     if let Some(r) = ours.reserved.first() {
         return Err(Mismatch::Failed {
-            ifname: r.ifname.clone(),
-            vmi: r.vmi_uuid.clone(),
+            ifname: r.ifname.to_string(),
+            vmi: r.vmi_uuid.to_string(),
         }
         .into());
     }
@@ -65,16 +65,16 @@ fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
             |agent, t| agent.ip_config(&r.vm_uuid, &r.vmi_uuid, t).map(Poll::Ready),
         )?
         .ok_or_else(|| Mismatch::NotRegistered {
-            vmi: r.vmi_uuid.clone(),
-            vm_name: r.vm_name.clone(),
-            host_ifname: r.host_ifname.clone(),
+            vmi: r.vmi_uuid.to_string(),
+            vm_name: r.vm_name.to_string(),
+            host_ifname: r.host_ifname.to_string(),
         })?;
     // A nested node registers nothing: the agent names the port after the VMI itself.
     if agent.registers() && ip.registered_as.as_deref() != Some(r.host_ifname.as_str()) {
         return Err(Mismatch::RegisteredAs {
-            vmi: r.vmi_uuid.clone(),
+            vmi: r.vmi_uuid.to_string(),
             has: ip.registered_as,
-            host_ifname: r.host_ifname.clone(),
+            host_ifname: r.host_ifname.to_string(),
         }
         .into());
     }

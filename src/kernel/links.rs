@@ -98,7 +98,7 @@ impl Links {
     ) -> Result<()> {
         let mac = Mac::parse(&record.mac).ok_or_else(|| {
             Error::Interface(Conflict::NoMac {
-                vmi: record.vmi_uuid.clone(),
+                vmi: record.vmi_uuid.to_string(),
             })
         })?;
         let end = VethEnd {
@@ -150,7 +150,7 @@ impl Links {
     ) -> Result<()> {
         let tag = record.vlan.ok_or_else(|| {
             Error::Interface(Conflict::NoTag {
-                vmi: record.vmi_uuid.clone(),
+                vmi: record.vmi_uuid.to_string(),
             })
         })?;
         let parent = self.parent(end.mtu)?;

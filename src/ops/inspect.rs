@@ -247,10 +247,10 @@ fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>
     Row {
         pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
         sandbox: r.container_id.chars().take(12).collect(),
-        ifname: r.ifname.clone(),
+        ifname: r.ifname.to_string(),
         network: r.network.clone(),
-        vmi: r.vmi_uuid.clone(),
-        host: r.host_ifname.clone(),
+        vmi: r.vmi_uuid.to_string(),
+        host: r.host_ifname.to_string(),
         vlan: r.vlan,
         mac,
         addresses,
@@ -364,9 +364,9 @@ fn stray_registrations(
         .filter(|v| !records.iter().any(|r| r.vmi_uuid == v.uuid))
         .filter_map(|v| {
             let ip = agent.ip_config(&v.vm_uuid, &v.uuid, t).ok()??;
-            let finding = Finding::RegisteredWithoutState(v.vm_uuid.clone());
+            let finding = Finding::RegisteredWithoutState(v.vm_uuid.to_string());
             Some(Row {
-                vmi: v.uuid.clone(),
+                vmi: v.uuid.to_string(),
                 host: ip.registered_as?,
                 ..debris(vm_name, &finding)
             })
@@ -468,8 +468,8 @@ mod tests {
     use super::*;
 
     fn record() -> Record {
-        serde_json::from_value(serde_json::json!({"vm-id": "c", "vm-uuid": "u", "vm-name": "k8s__ns__p",
-            "host-ifname": "tap000000000001", "vm-ifname": "net1", "vn-uuid": "v", "vmi-uuid": "i"}))
+        serde_json::from_value(serde_json::json!({"vm-id": "c", "vm-uuid": "40936d96-cf0e-11e8-9892-002590aaa964", "vm-name": "k8s__ns__p",
+            "host-ifname": "tap000000000001", "vm-ifname": "net1", "vn-uuid": "f95af4cc-e4ba-44c8-9936-269d891e0ee9", "vmi-uuid": "b86ac068-cf0e-11e8-b196-002590000001"}))
         .unwrap()
     }
 

@@ -26,6 +26,7 @@ use std::collections::BTreeSet;
 
 use crate::agent::Agent;
 use crate::error::{Error, Result};
+use crate::ids::VmUuid;
 use crate::kernel::links::Links;
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
@@ -246,7 +247,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
         return;
     }
-    let vms: BTreeSet<String> = files
+    let vms: BTreeSet<VmUuid> = files
         .pending
         .iter()
         .filter_map(|p| p.record.as_ref().map(|r| r.vm_uuid.clone()))
@@ -265,7 +266,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
         match pod.mark_released(&r.vmi_uuid, Then::Reserved) {
             Ok(()) => pending.push(Pending {
-                vmi_uuid: r.vmi_uuid.clone(),
+                vmi_uuid: r.vmi_uuid.to_string(),
                 then: Then::Reserved,
                 record: Some(r),
             }),

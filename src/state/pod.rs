@@ -9,6 +9,7 @@ use nix::sys::stat::mkdirat;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{LEGACY_RESYNC, Lock, MAX_FILE, Record, Unreadable, files, open_pod_dir};
+use crate::ids::VmUuid;
 use crate::state::files::{Sync, entries, io, is_temp, mode, stat_at, written_before_boot};
 use crate::vmi::{Claim, valid_uuid};
 
@@ -68,7 +69,7 @@ pub struct PodFiles {
     /// Released records whose deregistration is pending.
     pub pending: Vec<Pending>,
     /// A pending deregistration version 0.1.0 recorded: the pod's vm-uuid.
-    pub legacy_resync: Option<String>,
+    pub legacy_resync: Option<VmUuid>,
     /// Temp files a killed writer left.
     pub temps: Vec<String>,
     /// Names that are none of the above: not this plugin's, left alone.
@@ -111,7 +112,7 @@ impl PodFiles {
             } else if name == LEGACY_RESYNC {
                 let bytes = files::read_bounded(dir, LEGACY_RESYNC, MAX_FILE).unwrap_or_default();
                 let vm = String::from_utf8_lossy(&bytes).trim().to_string();
-                files.legacy_resync = valid_uuid(&vm).then_some(vm);
+                files.legacy_resync = VmUuid::parse(vm).ok();
             } else if valid_uuid(&name) {
                 match read(&name, &name) {
                     (_, Ok(r)) => files.records.push(r),

@@ -5,32 +5,34 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::STATE_VERSION;
-use crate::cni::{check_ifname, valid_name};
-use crate::vmi::{Claim, valid_uuid};
+use crate::ids::{ContainerId, IfName, VmName, VmUuid, VmiUuid, VnUuid};
+use crate::vmi::Claim;
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
-/// the agent tolerates extra keys, and files the agent wrote itself lack ours.
+/// the agent tolerates extra keys, and files the agent wrote itself lack ours. Its identifiers
+/// are checked as strictly as the agent's answers' when a file is read: they become request
+/// paths to the agent, interface names, lock and directory names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     #[serde(default)]
     pub time: String,
     /// CNI_CONTAINERID of the sandbox that holds the attachment.
     #[serde(rename = "vm-id")]
-    pub container_id: String,
+    pub container_id: ContainerId,
     #[serde(rename = "vm-uuid")]
-    pub vm_uuid: String,
+    pub vm_uuid: VmUuid,
     #[serde(rename = "vm-name")]
-    pub vm_name: String,
+    pub vm_name: VmName,
     #[serde(rename = "host-ifname")]
-    pub host_ifname: String,
+    pub host_ifname: IfName,
     #[serde(rename = "vm-ifname")]
-    pub ifname: String,
+    pub ifname: IfName,
     #[serde(rename = "vm-namespace", default)]
     pub netns: String,
     #[serde(rename = "vn-uuid")]
-    pub vn_uuid: String,
+    pub vn_uuid: VnUuid,
     #[serde(rename = "vmi-uuid")]
-    pub vmi_uuid: String,
+    pub vmi_uuid: VmiUuid,
     #[serde(
         rename = "contrail-k8s-cni-state",
         default,
@@ -111,9 +113,9 @@ mod string_bool {
 impl Record {
     pub fn claim(&self) -> Claim {
         Claim {
-            vmi: self.vmi_uuid.clone(),
-            container_id: Some(self.container_id.clone()),
-            ifname: self.ifname.clone(),
+            vmi: self.vmi_uuid.to_string(),
+            container_id: Some(self.container_id.to_string()),
+            ifname: self.ifname.to_string(),
         }
     }
 
@@ -157,8 +159,23 @@ pub(super) fn port_of(bytes: Option<&[u8]>, vmi: &str) -> Option<serde_json::Val
         .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(vmi))
 }
 
+/// A state file's record. Why one is refused names the key, never its bytes (which may hold
+/// anything, a line break and a header).
 pub(super) fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
-    let r: Record = serde_json::from_slice(bytes).map_err(|e| format!("not a state file: {e}"))?;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let r: Record = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let key = e.path().to_string();
+        let e = e.into_inner();
+        match e.classify() {
+            serde_json::error::Category::Data if key != "." => {
+                format!(
+                    "its {key} {}",
+                    e.to_string().split(" at line").next().unwrap_or("")
+                )
+            }
+            _ => format!("not a state file: {e}"),
+        }
+    })?;
     if r.vmi_uuid != name {
         return Err(format!(
             "names VMI {} but the file is named {name}",
@@ -171,28 +188,5 @@ pub(super) fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
             r.state_version
         ));
     }
-    check_names(&r)?;
     Ok(r)
-}
-
-/// A record's identifiers, as strictly as the agent's answers' are checked: they become
-/// request paths to the agent, interface names, lock and directory names. Why one is refused
-/// names the key, never its bytes (which may hold anything, a line break and a header).
-pub(super) fn check_names(r: &Record) -> Result<(), String> {
-    for (key, value) in [("vm-uuid", &r.vm_uuid), ("vn-uuid", &r.vn_uuid)] {
-        if !valid_uuid(value) {
-            return Err(format!("its {key} is not a lowercase uuid"));
-        }
-    }
-    for (key, value) in [("host-ifname", &r.host_ifname), ("vm-ifname", &r.ifname)] {
-        check_ifname(value).map_err(|why| format!("its {key} is no interface name: it {why}"))?;
-    }
-    for (key, value) in [("vm-id", &r.container_id), ("vm-name", &r.vm_name)] {
-        if !valid_name(value) {
-            return Err(format!(
-                "its {key} does not match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
-            ));
-        }
-    }
-    Ok(())
 }

@@ -1,5 +1,6 @@
 use super::pod::{RESERVED, dotted};
 use super::*;
+use crate::ids::{ContainerId, IfName, VmName, VmUuid, VmiUuid, VnUuid};
 use crate::vmi::Claim;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -18,14 +19,14 @@ fn tempdir(tag: &str) -> PathBuf {
 fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
     Record {
         time: "0".into(),
-        container_id: container_id.into(),
-        vm_uuid: "40936d96-cf0e-11e8-9892-002590aaa964".into(),
-        vm_name: POD.into(),
-        host_ifname: crate::kernel::names::host_ifname(vmi),
-        ifname: ifname.into(),
+        container_id: ContainerId::parse(container_id).unwrap(),
+        vm_uuid: VmUuid::parse("40936d96-cf0e-11e8-9892-002590aaa964").unwrap(),
+        vm_name: VmName::parse(POD).unwrap(),
+        host_ifname: IfName::parse(crate::kernel::names::host_ifname(vmi)).unwrap(),
+        ifname: IfName::parse(ifname).unwrap(),
         netns: "/run/netns/x".into(),
-        vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
-        vmi_uuid: vmi.into(),
+        vn_uuid: VnUuid::parse("f95af4cc-e4ba-44c8-9936-269d891e0ee9").unwrap(),
+        vmi_uuid: VmiUuid::parse(vmi).unwrap(),
         state_version: STATE_VERSION.into(),
         network: "net-a".into(),
         mac: "02:00:00:00:00:01".into(),

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::cni::check_ifname;
 use crate::error::Malformed;
+use crate::ids::{Invalid, VmUuid, VmiUuid, VnUuid};
 
 #[cfg(feature = "thick")]
 pub(crate) use resolve::for_pod;
@@ -58,21 +59,17 @@ impl fmt::Display for Mac {
     }
 }
 
-/// UUIDs become URL path segments and file names: only the agent's lowercase dashed form.
+/// UUIDs become URL path segments and file names ([`crate::ids::check_uuid`]).
 pub fn valid_uuid(s: &str) -> bool {
-    s.len() == 36
-        && s.bytes().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == b'-',
-            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
-        })
+    crate::ids::check_uuid(s).is_ok()
 }
 
 /// One VMI from `GET /vm-cfg/<vm-name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vmi {
-    pub uuid: String,
-    pub vm_uuid: String,
-    pub vn_uuid: String,
+    pub uuid: VmiUuid,
+    pub vm_uuid: VmUuid,
+    pub vn_uuid: VnUuid,
     pub mac: Mac,
     /// The NetworkAttachmentDefinition name, `default` for the cluster pod network.
     pub network: String,
@@ -154,11 +151,14 @@ struct CfgItem {
     vlan_id: Option<u64>,
 }
 
-fn checked_uuid(s: String, key: &'static str, what: &str) -> Parsed<String> {
-    if !valid_uuid(&s) {
-        return Err(field(what, key, "is not a lowercase uuid"));
-    }
-    Ok(s)
+/// A uuid of the answer, as the identifier `T` (`VmiUuid::parse`, ...).
+fn checked_uuid<T>(
+    s: String,
+    parse: fn(String) -> Result<T, Invalid>,
+    key: &'static str,
+    what: &str,
+) -> Parsed<T> {
+    parse(s).map_err(|e| field(what, key, e.rule))
 }
 
 fn mac(s: &str, what: &str) -> Parsed<Mac> {
@@ -183,7 +183,7 @@ pub fn parse_cfg(body: &[u8]) -> Parsed<Vec<Vmi>> {
 }
 
 fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
-    let uuid = checked_uuid(item.id, "id", "a VMI")?;
+    let uuid = checked_uuid(item.id, VmiUuid::parse, "id", "a VMI")?;
     let what = format!("VMI {uuid}");
     let mac = mac(&item.mac, &what)?;
     let mut network = None;
@@ -242,8 +242,8 @@ fn vmi(item: CfgItem, lone: bool) -> Parsed<Vmi> {
         ),
     };
     Ok(Vmi {
-        vm_uuid: checked_uuid(item.vm_uuid, "vm-uuid", &what)?,
-        vn_uuid: checked_uuid(item.vn_id, "vn-id", &what)?,
+        vm_uuid: checked_uuid(item.vm_uuid, VmUuid::parse, "vm-uuid", &what)?,
+        vn_uuid: checked_uuid(item.vn_id, VnUuid::parse, "vn-id", &what)?,
         mac,
         network: network.unwrap_or_else(|| "default".to_string()),
         index,
@@ -275,7 +275,7 @@ pub(crate) fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> Parsed<(
     for v in vmis {
         if v.namespace.as_deref() != Some(namespace) || v.name.as_deref() != Some(name) {
             return Err(Malformed::NotThePods {
-                vmi: v.uuid.clone(),
+                vmi: v.uuid.to_string(),
                 pod: format!("{namespace}/{name}"),
             });
         }
@@ -283,7 +283,7 @@ pub(crate) fn check_owner(vmis: &[Vmi], namespace: &str, name: &str) -> Parsed<(
     let vm = vmis.first().map(|v| &v.vm_uuid);
     if let Some(v) = vmis.iter().find(|v| Some(&v.vm_uuid) != vm) {
         return Err(Malformed::OtherVm {
-            vmi: v.uuid.clone(),
+            vmi: v.uuid.to_string(),
         });
     }
     Ok(())

@@ -162,8 +162,8 @@ pub(crate) fn for_pod<'a>(
         if let Some(other) = wanted.iter().find(|w| w.ifname == name) {
             return Err(Conflict::SameName {
                 name,
-                first: (other.vmi.uuid.clone(), other.vmi.index),
-                second: (v.uuid.clone(), v.index),
+                first: (other.vmi.uuid.to_string(), other.vmi.index),
+                second: (v.uuid.to_string(), v.index),
             });
         }
         wanted.push(Wanted {

@@ -2,6 +2,7 @@ use super::*;
 #[cfg(feature = "thick")]
 use crate::error::Conflict;
 use crate::error::Malformed;
+use crate::ids::{VmUuid, VmiUuid, VnUuid};
 use serde_json::json;
 
 const VM: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
@@ -12,9 +13,9 @@ fn uuid(n: u8) -> String {
 
 fn vmi(n: u8, network: &str, index: u32, count: u32) -> Vmi {
     Vmi {
-        uuid: uuid(n),
-        vm_uuid: VM.into(),
-        vn_uuid: "f95af4cc-e4ba-44c8-9936-269d891e0ee9".into(),
+        uuid: VmiUuid::parse(uuid(n)).unwrap(),
+        vm_uuid: VmUuid::parse(VM).unwrap(),
+        vn_uuid: VnUuid::parse("f95af4cc-e4ba-44c8-9936-269d891e0ee9").unwrap(),
         mac: Mac([2, 0, 0, 0, 0, n]),
         network: network.into(),
         index,
@@ -63,7 +64,7 @@ fn pick(
 ) -> std::result::Result<u8, Unresolved> {
     let choice = resolve(a, vmis, claims)?;
     let v = choice
-        .take(|v| reg.contains(&v.uuid))
+        .take(|v| reg.iter().any(|r| *r == v.uuid))
         .ok_or(Unresolved::AllTaken { count: 2 })?;
     Ok(u8::from_str_radix(&v.uuid[34..], 16).unwrap())
 }
@@ -244,7 +245,7 @@ fn completeness() {
     assert_eq!(complete(&vmis[..3]), Ok(false));
     assert_eq!(complete(&[]), Ok(false));
     let mut other_vm = pod();
-    other_vm[1].vm_uuid = uuid(1);
+    other_vm[1].vm_uuid = VmUuid::parse(uuid(1)).unwrap();
     assert_eq!(complete(&other_vm), Ok(false));
     // Never one pod's: refused at once, naming the VMI and the problem.
     let mut dup = pod();

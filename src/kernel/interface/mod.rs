@@ -75,9 +75,9 @@ pub fn describe(record: &Record, ip: &IpConfig, mtu: u32) -> Result<Spec> {
         Vec::new()
     };
     Ok(Spec {
-        ifname: record.ifname.clone(),
+        ifname: record.ifname.to_string(),
         netns: record.netns.clone(),
-        host_ifname: record.host_ifname.clone(),
+        host_ifname: record.host_ifname.to_string(),
         // The tag the vRouter applies now (it may have changed since ADD), else the one ADD used.
         vlan: record.vlan.map(|t| ip.vlan.unwrap_or(t)),
         // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.

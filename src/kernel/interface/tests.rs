@@ -3,9 +3,9 @@ use serde_json::json;
 
 fn record(default_gw: bool) -> Record {
     serde_json::from_value(
-        json!({"vm-id": "c", "vm-uuid": "u", "vm-name": "k8s__ns__p",
+        json!({"vm-id": "c", "vm-uuid": "40936d96-cf0e-11e8-9892-002590aaa964", "vm-name": "k8s__ns__p",
         "host-ifname": "tap000000000001", "vm-ifname": "net1", "vm-namespace": "/run/netns/x",
-        "vn-uuid": "v", "vmi-uuid": "i", "mac-address": "02:00:00:00:00:01",
+        "vn-uuid": "f95af4cc-e4ba-44c8-9936-269d891e0ee9", "vmi-uuid": "b86ac068-cf0e-11e8-b196-002590000001", "mac-address": "02:00:00:00:00:01",
         "default-gw": if default_gw { "true" } else { "false" }}),
     )
     .unwrap()

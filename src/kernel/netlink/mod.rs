@@ -499,9 +499,10 @@ fn private_group() -> u32 {
 }
 
 /// Refuses a name the kernel would refuse with the same bare EINVAL as a bad MTU, so that the
-/// two can be told apart.
+/// two can be told apart: the plugin's one interface-name rule, which the kernel's
+/// `dev_valid_name()` never refuses less than.
 fn check_name(op: &dyn Fn() -> String, name: &str) -> Result<(), Error> {
-    if valid_ifname(name) {
+    if crate::ids::check_ifname(name).is_ok() {
         return Ok(());
     }
     Err(Error {
@@ -509,15 +510,4 @@ fn check_name(op: &dyn Fn() -> String, name: &str) -> Result<(), Error> {
         detail: Some(format!("invalid interface name {name:?}")),
         source: io::Error::from_raw_os_error(libc::EINVAL),
     })
-}
-
-/// The kernel's `dev_valid_name()`. It refuses a bad name with the same bare EINVAL as a bad
-/// MTU, so names are checked here to tell the two apart.
-fn valid_ifname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() < libc::IFNAMSIZ
-        && name != "."
-        && name != ".."
-        // '/' and ':' (sysfs paths, aliases) and the kernel's isspace().
-        && !name.bytes().any(|b| matches!(b, b'/' | b':' | b' ' | b'\t'..=b'\r' | 0xa0))
 }
