@@ -1,4 +1,4 @@
-//! The node's request budget to the agent (README, "Polling and the node's request budget"):
+//! The node's request budget to the agent (docs/configuration.md, "Polling and the node's request budget"):
 //! every call on the node together sends at most `agent-requests-per-second` requests a second,
 //! however many are waiting; each waiting call still gets its turn; registrations and DELs go
 //! before polls; nobody waits beyond their deadline; a call killed or stopped anywhere holds up

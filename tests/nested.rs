@@ -80,7 +80,7 @@ fn vlans(parent: &Parent) -> Vec<(String, u64)> {
     v
 }
 
-/// The VLAN link name the README documents: `cvl` + the same 12 hex digits as a veth's `tap`.
+/// The VLAN link name the manual documents (docs/nested-mode.md): `cvl` + the same 12 hex digits as a veth's `tap`.
 fn vlan_name(vmi: &VmiSpec) -> String {
     format!("cvl{}", &host_ifname(&vmi.uuid)[3..])
 }

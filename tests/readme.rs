@@ -1,17 +1,24 @@
-//! The README's tables that operators act on follow the code: which keys a network's config may
-//! set, and the trust table, name every key as `config::KEYS` scopes it.
+//! The operator's manual's tables that operators act on follow the code: which keys a network's
+//! config may set (`docs/configuration.md`), and the trust table (`docs/security.md`), name every
+//! key as `config::KEYS` scopes it.
 
 use contrail_k8s_cni::config::{KEYS, Scope};
 
+/// The manual's pages that hold the tables, one after the other.
 fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+    ["docs/configuration.md", "docs/security.md"]
+        .map(|page| {
+            let path = format!("{}/{page}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        })
+        .join("\n")
 }
 
 /// The rows of the table that follows `heading`: cells without their backquotes.
 fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
     let at = text
         .find(heading)
-        .unwrap_or_else(|| panic!("no {heading:?} in README.md"));
+        .unwrap_or_else(|| panic!("no {heading:?} in docs/"));
     text[at..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))

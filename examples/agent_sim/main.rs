@@ -1,6 +1,6 @@
 //! Stand-in for the Tungsten Fabric vRouter agent's port-IPC REST API, for tests.
 //!
-//! It follows the agent's port-IPC contract (README, "The agent simulator"; the agent's
+//! It follows the agent's port-IPC contract (docs/simulator.md; the agent's
 //! `port_ipc/rest_server.cc` and `port_ipc_handler.cc`) so that a plugin that works against it
 //! works unchanged against the real agent: same paths, status codes, bodies, UUID ordering,
 //! kept-alive connections, and an IP configuration that exists only once the port was

@@ -1025,9 +1025,9 @@ impl Drop for HostLink {
     }
 }
 
-/// The host end of a VMI's veth, as the README documents it: `tap` + 12 hex digits of a hash
+/// The host end of a VMI's veth, as the manual documents it (docs/multus.md): `tap` + 12 hex digits of a hash
 /// of the VMI uuid (FNV-1a, then murmur3's finalizer). Deliberately written again from the
-/// README rather than shared: the name is a contract with operators and with links an older
+/// manual rather than shared: the name is a contract with operators and with links an older
 /// version left behind, so a change to the plugin's scheme must fail a test. Checked against
 /// real ADD results in tests/faults.rs.
 pub fn host_ifname(vmi_uuid: &str) -> String {
