@@ -1,7 +1,7 @@
 //! The CNI protocol: commands, versions, error objects and version-shaped results.
 //!
 //! Owned here rather than taken from the `cni-plugin` crate, which rejects cniVersion 0.3.x, GC
-//! and STATUS and drops 1.1 result fields (see the README's dependency notes).
+//! and STATUS and drops 1.1 result fields (see docs/dependencies.md).
 
 pub mod pod;
 

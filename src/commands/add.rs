@@ -394,7 +394,7 @@ fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Result<R
 }
 
 /// Runtimes and meta-plugins may ask for an IP or MAC; Contrail allocates both, so a request
-/// is logged and ignored (documented in the README), never silently honoured in part.
+/// is logged and ignored (docs/configuration.md, "Requested IPs and MACs"), never silently honoured in part.
 fn warn_about_requests(conf: &NetConf, env: &Env) {
     let sources = [
         ("runtimeConfig", conf.runtime_config.as_ref()),
