@@ -480,7 +480,7 @@ impl Error {
     /// events that people read, and it may quote what a tenant chose (a network name, an agent
     /// annotation copied from the pod's network selection): escaped and bounded as the log is.
     pub fn to_json(&self, version: &str) -> serde_json::Value {
-        let msg = crate::ops::logging::escaped(&self.to_string(), MAX_MSG);
+        let msg = crate::text::escaped(&self.to_string(), MAX_MSG);
         serde_json::json!({"cniVersion": version, "code": self.code(), "msg": msg})
     }
 }

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod kernel;
 pub mod ops;
 mod state;
+pub mod text;
 pub mod vmi;
 
 use std::time::Instant;
@@ -127,7 +128,7 @@ impl std::fmt::Display for Line {
             Some(t) => match trace_id(t) {
                 Some(id) => write!(f, " trace={id}"),
                 // The caller's bytes: escaped and cut short, never taken for an id.
-                None => write!(f, " trace=invalid({})", logging::Shown(t)),
+                None => write!(f, " trace=invalid({})", text::Shown(t)),
             },
         }
     }

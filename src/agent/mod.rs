@@ -280,7 +280,7 @@ impl Agent {
                                 "VMI {}: ignoring its {key} annotation {}: neither true/yes/1 \
                                  nor false/no/0",
                                 v.uuid,
-                                crate::ops::logging::Shown(value)
+                                crate::text::Shown(value)
                             );
                         }
                     }

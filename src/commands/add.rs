@@ -19,9 +19,9 @@ use crate::ids::{ContainerId, IfName, Invalid, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Links};
 use crate::kernel::netlink::{Netns, Socket};
-use crate::ops::logging::Shown;
 use crate::state::ledger::{self, Registered};
 use crate::state::{PodDir, PodFiles, Record, STATE_VERSION, StateDir};
+use crate::text::Shown;
 use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
 
 /// ADD: sets up the call's attachments and returns the result of the first (thick mode's

@@ -502,7 +502,7 @@ impl Settings {
             .unknown
             .iter()
             .take(SHOWN)
-            .map(|k| format!("contrail.{}", crate::ops::logging::Shown(k)))
+            .map(|k| format!("contrail.{}", crate::text::Shown(k)))
             .collect();
         if self.unknown.len() > SHOWN {
             names.push(format!("and {} more", self.unknown.len() - SHOWN));

@@ -2,10 +2,9 @@
 //!
 //! The log is the node's record of every call, so nothing a tenant controls may forge or hide a
 //! line: every record is one line (control characters escaped) of bounded length, and strings a
-//! tenant chose are shown through [`Shown`]. The log file is opened as the state files are: never
+//! tenant chose are shown through [`Shown`] ([`crate::text`]). The log file is opened as the state files are: never
 //! through a symbolic link, never blocking, a regular file only; rotation renames only that file.
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
@@ -17,51 +16,13 @@ use nix::fcntl::OFlag;
 
 use crate::state::files;
 
+use crate::text::escape_into;
+
 /// The log file's size cap: past it, the file becomes `<name>.1` (replacing the previous one)
 /// and a new one starts, so a node never fills its disk with CNI logs.
 const MAX_LOG_BYTES: u64 = 10 << 20;
 /// The longest record: a call's line with a long error fits; a flood does not.
 const MAX_RECORD: usize = 8 * 1024;
-/// The most characters of one tenant-chosen string in a line.
-const MAX_SHOWN: usize = 128;
-
-/// Writes `s` with every control character escaped (`\n`, `\u{1b}`, ...), so that it stays on
-/// one line and cannot move the terminal's cursor; at most `max` characters written (escapes
-/// included), then a mark.
-fn escape_into(out: &mut impl fmt::Write, s: &str, max: usize) -> fmt::Result {
-    let mut written = 0;
-    for (at, c) in s.char_indices() {
-        let escaped = c.is_control().then(|| c.escape_default().to_string());
-        let width = escaped.as_ref().map_or(1, |e| e.chars().count());
-        if written + width > max {
-            return write!(out, "...({} more bytes)", s.len() - at);
-        }
-        written += width;
-        match escaped {
-            Some(e) => out.write_str(&e)?,
-            None => out.write_char(c)?,
-        }
-    }
-    Ok(())
-}
-
-/// `s` escaped as [`escape_into`] writes it, at most `max` characters.
-pub(crate) fn escaped(s: &str, max: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max));
-    let _ = escape_into(&mut out, s, max);
-    out
-}
-
-/// A string someone else chose (a tenant's key, interface name or requested address), as it is
-/// shown in a log line: escaped and cut short.
-pub struct Shown<'a>(pub &'a str);
-
-impl fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        escape_into(f, self.0, MAX_SHOWN)
-    }
-}
-
 /// Writes every line to the log file (when it could be opened) and to stderr.
 struct Tee(Option<File>);
 
@@ -245,25 +206,5 @@ mod tests {
             let t = Duration::from_secs(secs) + Duration::from_millis(millis);
             assert_eq!(timestamp(t), want, "{secs}");
         }
-    }
-
-    #[test]
-    fn shown_strings_are_escaped_and_bounded() {
-        let s = "net1\n2026-01-01T00:00:00Z INFO forged\r\u{1b}[2J\u{7f}\u{85}ok";
-        assert_eq!(
-            Shown(s).to_string(),
-            "net1\\n2026-01-01T00:00:00Z INFO forged\\r\\u{1b}[2J\\u{7f}\\u{85}ok"
-        );
-        let long = "é".repeat(300);
-        let shown = Shown(&long).to_string();
-        assert!(shown.starts_with(&"é".repeat(MAX_SHOWN)), "{shown}");
-        assert!(
-            shown.ends_with(&format!("...({} more bytes)", 2 * (300 - MAX_SHOWN))),
-            "{shown}"
-        );
-        // The bound counts what is written: escapes that grow a string count as they are shown.
-        let nuls = "\0".repeat(300);
-        let shown = Shown(&nuls).to_string();
-        assert_eq!(shown, format!("{}...(275 more bytes)", "\\u{0}".repeat(25)));
     }
 }
