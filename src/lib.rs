@@ -64,8 +64,14 @@ impl Line {
         let (command, container, ifname) = match env {
             Some(e) => (
                 e.command.as_str().to_string(),
-                e.container_id.clone(),
-                e.ifname.clone(),
+                e.sandbox
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                e.interface
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
             ),
             None => (
                 var("CNI_COMMAND"),
@@ -207,14 +213,23 @@ pub fn run(
             log::warn!("DEL with the node's settings: {refusal}");
         }
         let pod = pod::from_args(&env.args)?;
+        let on = match op {
+            // They act on the node.
+            Op::Gc => return node::gc(&conf, started).map(|()| None),
+            Op::Status => return node::status(&conf, started).map(|()| None),
+            Op::Attachment(on) => on,
+        };
+        let (container_id, interface) = (env.container_id()?, env.ifname()?);
         let mut call = Call {
             env: &env,
+            container_id,
+            interface,
             conf: &conf,
             pod: pod.as_ref(),
             vmis: Vec::new(),
             started,
         };
-        let result = dispatch(&mut call, op);
+        let result = dispatch(&mut call, on);
         if !call.vmis.is_empty() {
             line.vmis = call.vmis.join(",");
         }
@@ -242,41 +257,46 @@ pub fn run(
     result
 }
 
-/// Runs the call's command. VERSION never gets here: [`run`] answers it before any config is
-/// read, so it is not a case.
-fn dispatch(call: &mut Call, op: Op) -> Result<Option<Value>> {
+/// Runs a command on the call's attachments.
+fn dispatch(call: &mut Call, on: OnAttachment) -> Result<Option<Value>> {
     let conf = call.conf;
-    match op {
-        Op::Add => {
+    match on {
+        OnAttachment::Add => {
             let result = add::add(call)?.to_json(conf.cni_version);
             Ok(Some(match &conf.prev_result {
                 Some(prev) => cni::chain(prev, result, conf.cni_version),
                 None => result,
             }))
         }
-        Op::Del => del::del(call).map(|()| None),
-        Op::Check => check::check(call).map(|()| None),
-        Op::Gc => node::gc(conf, call.started).map(|()| None),
-        Op::Status => node::status(conf, call.started).map(|()| None),
+        OnAttachment::Del => del::del(call).map(|()| None),
+        OnAttachment::Check => check::check(call).map(|()| None),
     }
 }
 
-/// The commands that act on the node: all but VERSION.
+/// The commands that act on the node: all but VERSION, which [`run`] answers before any
+/// config is read.
 #[derive(Clone, Copy)]
 enum Op {
+    Attachment(OnAttachment),
+    Gc,
+    Status,
+}
+
+/// The commands on one attachment (thick mode: on a sandbox's), with CNI_CONTAINERID and
+/// CNI_IFNAME.
+#[derive(Clone, Copy)]
+enum OnAttachment {
     Add,
     Del,
     Check,
-    Gc,
-    Status,
 }
 
 impl Op {
     fn of(command: Command) -> Option<Op> {
         Some(match command {
-            Command::Add => Op::Add,
-            Command::Del => Op::Del,
-            Command::Check => Op::Check,
+            Command::Add => Op::Attachment(OnAttachment::Add),
+            Command::Del => Op::Attachment(OnAttachment::Del),
+            Command::Check => Op::Attachment(OnAttachment::Check),
             Command::Gc => Op::Gc,
             Command::Status => Op::Status,
             Command::Version => return None,

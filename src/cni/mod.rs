@@ -11,6 +11,7 @@ use ipnetwork::IpNetwork;
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
+use crate::ids::{ContainerId, IfName};
 
 /// Every version this plugin speaks, oldest first; VERSION reports them in this order.
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -226,10 +227,13 @@ pub fn chain(prev: &Map<String, Value>, ours: Value, version: Version) -> Value 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Env {
     pub command: Command,
-    pub container_id: String,
+    /// CNI_CONTAINERID: ADD, DEL and CHECK have one ([`Env::container_id`]); VERSION, GC and
+    /// STATUS act on the node and have none.
+    pub sandbox: Option<ContainerId>,
     /// Empty when the runtime passed none (allowed on DEL).
     pub netns: String,
-    pub ifname: String,
+    /// CNI_IFNAME, as `sandbox`.
+    pub interface: Option<IfName>,
     pub args: String,
 }
 
@@ -260,9 +264,9 @@ impl Env {
         if matches!(command, Command::Version | Command::Gc | Command::Status) {
             return Ok(Env {
                 command,
-                container_id: String::new(),
+                sandbox: None,
                 netns: String::new(),
-                ifname: String::new(),
+                interface: None,
                 args: String::new(),
             });
         }
@@ -272,18 +276,17 @@ impl Env {
                 .ok_or_else(|| Error::env(var, "missing or empty"))
         };
         let container_id = required("CNI_CONTAINERID")?;
-        if !valid_name(&container_id) {
-            return Err(Error::env(
+        let container_id = ContainerId::parse(container_id.as_str()).map_err(|_| {
+            Error::env(
                 "CNI_CONTAINERID",
                 format!(
                     "{container_id:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
                 ),
-            ));
-        }
+            )
+        })?;
         let ifname = required("CNI_IFNAME")?;
-        if let Err(why) = check_ifname(&ifname) {
-            return Err(Error::env("CNI_IFNAME", format!("{ifname:?} {why}")));
-        }
+        let ifname = IfName::parse(ifname.as_str())
+            .map_err(|e| Error::env("CNI_IFNAME", format!("{ifname:?} {e}")))?;
         let netns = match command {
             Command::Del => get("CNI_NETNS").unwrap_or_default(),
             _ => required("CNI_NETNS")?,
@@ -296,11 +299,25 @@ impl Env {
         }
         Ok(Env {
             command,
-            container_id,
+            sandbox: Some(container_id),
             netns,
-            ifname,
+            interface: Some(ifname),
             args: get("CNI_ARGS").unwrap_or_default(),
         })
+    }
+
+    /// CNI_CONTAINERID of an ADD, DEL or CHECK ([`Env::parse`] requires one for them).
+    pub fn container_id(&self) -> Result<&ContainerId> {
+        self.sandbox
+            .as_ref()
+            .ok_or_else(|| Error::env("CNI_CONTAINERID", "missing or empty"))
+    }
+
+    /// CNI_IFNAME of an ADD, DEL or CHECK ([`Env::parse`] requires one for them).
+    pub fn ifname(&self) -> Result<&IfName> {
+        self.interface
+            .as_ref()
+            .ok_or_else(|| Error::env("CNI_IFNAME", "missing or empty"))
     }
 }
 
@@ -344,7 +361,11 @@ mod tests {
     fn env_parses_a_runtime_call() {
         let e = env_with("", None).unwrap();
         assert_eq!(
-            (e.command, e.container_id.as_str(), e.ifname.as_str()),
+            (
+                e.command,
+                e.container_id().unwrap().as_str(),
+                e.ifname().unwrap().as_str()
+            ),
             (Command::Add, "abc123", "net1")
         );
     }

@@ -15,7 +15,7 @@ use crate::cni::{Env, Outcome};
 use crate::commands::call::{Call, open_netns};
 use crate::config::{Mode, NetConf};
 use crate::error::{Conflict, During, Error, Malformed, Result};
-use crate::ids::{ContainerId, IfName, Invalid, VmName, VmiUuid};
+use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Links};
 use crate::kernel::netlink::{Netns, Socket};
@@ -52,6 +52,8 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     links.ready(contrail.mtu).and_then(|()| {
         let mut add = Add {
             env: call.env,
+            container_id: call.container_id,
+            interface: call.interface,
             conf: call.conf,
             agent: Agent::new(contrail, call.started).stop_when(move || stop.requested()),
             links,
@@ -67,6 +69,8 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
 /// What every step of one ADD works with.
 struct Add<'a> {
     env: &'a Env,
+    container_id: &'a ContainerId,
+    interface: &'a IfName,
     conf: &'a NetConf,
     agent: Agent,
     links: Links,
@@ -128,7 +132,7 @@ impl Add<'_> {
             );
         }
         let wanted = self.choose(vmis, files)?;
-        let cid = &self.env.container_id;
+        let cid = self.container_id;
         let prior: Vec<Option<Record>> = wanted
             .iter()
             .map(|w| {
@@ -176,6 +180,7 @@ impl Add<'_> {
             }
             let mut record = record(
                 self.env,
+                self.container_id,
                 &self.vm_name,
                 w,
                 self.links.host_name(&w.vmi.uuid),
@@ -214,8 +219,8 @@ impl Add<'_> {
                 let network = &self.conf.network;
                 let at = Attachment {
                     network,
-                    container_id: &self.env.container_id,
-                    ifname: &self.env.ifname,
+                    container_id: self.container_id,
+                    ifname: self.interface,
                 };
                 let unresolved = |why| Error::NoVmi {
                     vm_name: self.vm_name.clone(),
@@ -233,7 +238,7 @@ impl Add<'_> {
                         let count = vmis.iter().filter(|v| v.network == *network).count();
                         unresolved(Unresolved::AllTaken { count })
                     })?;
-                let wanted = vmi::for_attachment(vmis, vmi, &self.env.ifname);
+                let wanted = vmi::for_attachment(vmis, vmi, self.interface);
                 log::debug!(
                     "{} resolved to VMI {} (index {})",
                     wanted.ifname,
@@ -243,7 +248,7 @@ impl Add<'_> {
                 Ok(vec![wanted])
             }
             #[cfg(feature = "thick")]
-            Mode::Thick => vmi::for_pod(vmis, &self.env.ifname).map_err(Error::Interface),
+            Mode::Thick => vmi::for_pod(vmis, self.interface).map_err(Error::Interface),
         }
     }
 
@@ -362,23 +367,27 @@ impl Add<'_> {
     }
 }
 
-/// The state record of one attachment: the agent's POST /vm body plus ours. Its identifiers
-/// enter the typed core here: CNI_CONTAINERID and CNI_IFNAME were checked by the same rules
-/// when the environment was read, the VM name is the pod's, the host-side name derived.
-fn record(env: &Env, vm_name: &str, w: &Wanted, host_ifname: String) -> Result<Record> {
+/// The state record of one attachment: the agent's POST /vm body plus ours. The VM name is the
+/// pod's (a pod's name and namespace may be too long together for one), the host-side name
+/// derived.
+fn record(
+    env: &Env,
+    container_id: &ContainerId,
+    vm_name: &str,
+    w: &Wanted,
+    host_ifname: String,
+) -> Result<Record> {
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let vmi = w.vmi;
-    let invalid = |var: &'static str| move |e: Invalid| Error::env(var, e.rule);
     Ok(Record {
         time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
-        container_id: ContainerId::parse(env.container_id.as_str())
-            .map_err(invalid("CNI_CONTAINERID"))?,
+        container_id: container_id.clone(),
         vm_uuid: vmi.vm_uuid.clone(),
-        vm_name: VmName::parse(vm_name).map_err(invalid("CNI_ARGS"))?,
+        vm_name: VmName::parse(vm_name).map_err(|e| Error::env("CNI_ARGS", e.rule))?,
         host_ifname: IfName::parse(host_ifname).map_err(|_| Error::Internal)?,
-        ifname: IfName::parse(w.ifname.as_str()).map_err(invalid("CNI_IFNAME"))?,
+        ifname: w.ifname.clone(),
         netns: env.netns.clone(),
         vn_uuid: vmi.vn_uuid.clone(),
         vmi_uuid: vmi.uuid.clone(),

@@ -8,12 +8,16 @@ use crate::cni::Env;
 use crate::cni::pod::Pod;
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
+use crate::ids::{ContainerId, IfName};
 use crate::kernel::netlink::Netns;
 use crate::state::{Lock, PodFiles, Record, StateDir};
 
 /// One CNI call's inputs, and what it acted on.
 pub struct Call<'a> {
     pub env: &'a Env,
+    /// CNI_CONTAINERID and CNI_IFNAME, which every ADD, DEL and CHECK has.
+    pub container_id: &'a ContainerId,
+    pub interface: &'a IfName,
     pub conf: &'a NetConf,
     pub pod: Option<&'a Pod>,
     /// The VMIs the call acted on, for its log line.
@@ -42,7 +46,7 @@ impl Call<'_> {
     /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
     /// plugin mode, every one in thick mode.
     pub(crate) fn ifname(&self) -> Option<&str> {
-        scope(self.conf.contrail.mode, &self.env.ifname)
+        scope(self.conf.contrail.mode, self.interface)
     }
 
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
@@ -50,7 +54,7 @@ impl Call<'_> {
         let ifname = self.ifname().unwrap_or("");
         let deadline = self.started + self.conf.contrail.poll_budget();
         state
-            .lock_attachment(vm_name, &self.env.container_id, ifname, deadline)
+            .lock_attachment(vm_name, self.container_id, ifname, deadline)
             .map_err(Error::locking(
                 "locking the attachment in",
                 state.path(),
@@ -59,7 +63,7 @@ impl Call<'_> {
     }
 
     fn covers(&self, r: &Record) -> bool {
-        r.container_id == self.env.container_id && self.ifname().is_none_or(|i| r.ifname == i)
+        r.container_id == *self.container_id && self.ifname().is_none_or(|i| r.ifname == i)
     }
 
     /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
@@ -73,7 +77,7 @@ impl Call<'_> {
         let vm_name = match self.pod {
             Some(p) => p.vm_name(&self.conf.contrail.cluster_name),
             None => match state
-                .find_pod(&self.env.container_id, self.ifname())
+                .find_pod(self.container_id, self.ifname())
                 .map_err(Error::io("searching", dir))?
             {
                 Some(name) => name,

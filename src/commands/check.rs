@@ -14,7 +14,7 @@ use crate::vmi::IpConfig;
 
 pub fn check(call: &mut Call) -> Result<()> {
     let not_recorded = |call: &Call| Mismatch::NotRecorded {
-        container_id: call.env.container_id.clone(),
+        container_id: call.container_id.to_string(),
         ifname: call.ifname().map(str::to_string),
     };
     let Some((state, vm_name)) = call.locate()? else {

@@ -27,7 +27,7 @@ pub fn del(call: &mut Call) -> Result<()> {
 
 /// The attachment's lock; when an ADD holds it, that ADD is asked to stop first.
 fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &str) -> Result<Lock> {
-    let (cid, ifname) = (&call.env.container_id, call.ifname().unwrap_or(""));
+    let (cid, ifname) = (call.container_id, call.ifname().unwrap_or(""));
     let locking = || Error::io("locking the attachment in", state.path());
     match state
         .try_lock_attachment(vm_name, cid, ifname)

@@ -5,8 +5,7 @@
 use crate::error::Conflict;
 
 use super::{Vmi, default_gw};
-#[cfg(feature = "thick")]
-use crate::cni::check_ifname;
+use crate::ids::IfName;
 
 /// An attachment recorded in a local state file: which sandbox and interface hold which VMI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,15 +125,15 @@ pub fn resolve<'a>(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Wanted<'a> {
     pub vmi: &'a Vmi,
-    pub ifname: String,
+    pub ifname: IfName,
     pub default_gw: bool,
 }
 
 /// Plugin mode: the interface for `vmi`, this attachment's VMI among the pod's `vmis`.
-pub(crate) fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) -> Wanted<'a> {
+pub(crate) fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &IfName) -> Wanted<'a> {
     Wanted {
         vmi,
-        ifname: ifname.to_string(),
+        ifname: ifname.clone(),
         default_gw: default_gw(vmis) == Some(vmi),
     }
 }
@@ -144,7 +143,7 @@ pub(crate) fn for_attachment<'a>(vmis: &'a [Vmi], vmi: &'a Vmi, ifname: &str) ->
 #[cfg(feature = "thick")]
 pub(crate) fn for_pod<'a>(
     vmis: &'a [Vmi],
-    ifname: &str,
+    ifname: &IfName,
 ) -> std::result::Result<Vec<Wanted<'a>>, Conflict> {
     let mut sorted: Vec<&Vmi> = vmis.iter().collect();
     sorted.sort_by_key(|v| v.index);
@@ -156,12 +155,11 @@ pub(crate) fn for_pod<'a>(
             (None, 0) => ifname.to_string(),
             (None, k) => format!("eth{k}"),
         };
-        if let Err(why) = check_ifname(&name) {
-            return Err(Conflict::BadName { name, why });
-        }
+        let name =
+            IfName::parse(name.as_str()).map_err(|e| Conflict::BadName { name, why: e.rule })?;
         if let Some(other) = wanted.iter().find(|w| w.ifname == name) {
             return Err(Conflict::SameName {
-                name,
+                name: name.to_string(),
                 first: (other.vmi.uuid.to_string(), other.vmi.index),
                 second: (v.uuid.to_string(), v.index),
             });

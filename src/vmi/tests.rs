@@ -2,8 +2,12 @@ use super::*;
 #[cfg(feature = "thick")]
 use crate::error::Conflict;
 use crate::error::Malformed;
-use crate::ids::{VmUuid, VmiUuid, VnUuid};
+use crate::ids::{IfName, VmUuid, VmiUuid, VnUuid};
 use serde_json::json;
+
+fn ifname(s: &str) -> IfName {
+    IfName::parse(s).unwrap()
+}
 
 const VM: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
 
@@ -507,12 +511,12 @@ fn uuids() {
 #[test]
 fn plugin_mode_wants_one_vmi_with_the_default_route_rule() {
     let vmis = pod();
-    let w = for_attachment(&vmis, &vmis[2], "eth0");
+    let w = for_attachment(&vmis, &vmis[2], &ifname("eth0"));
     assert_eq!(
         (w.vmi.uuid.as_str(), w.ifname.as_str(), w.default_gw),
         (uuid(8).as_str(), "eth0", true)
     );
-    let w = for_attachment(&vmis, &vmis[3], "net1");
+    let w = for_attachment(&vmis, &vmis[3], &ifname("net1"));
     assert!(!w.default_gw);
     let why = resolve(at("net-z", "net9"), &vmis, &[]).unwrap_err();
     assert_eq!(
@@ -528,22 +532,22 @@ fn plugin_mode_wants_one_vmi_with_the_default_route_rule() {
 fn thick_mode_names_follow_index_and_annotations() {
     let mut vmis = pod();
     vmis[0].interface = Some("data0".into()); // net-a, index 3
-    let names: Vec<String> = for_pod(&vmis, "eth0")
+    let names: Vec<String> = for_pod(&vmis, &ifname("eth0"))
         .unwrap()
         .into_iter()
-        .map(|w| w.ifname)
+        .map(|w| w.ifname.to_string())
         .collect();
     assert_eq!(names, ["eth0", "eth1", "eth2", "data0"]);
-    assert_eq!(for_pod(&vmis, "ceth0").unwrap()[0].ifname, "ceth0");
+    assert_eq!(for_pod(&vmis, &ifname("ceth0")).unwrap()[0].ifname, "ceth0");
     // The default route: annotated, else the cluster network's.
-    let gw: Vec<bool> = for_pod(&vmis, "eth0")
+    let gw: Vec<bool> = for_pod(&vmis, &ifname("eth0"))
         .unwrap()
         .iter()
         .map(|w| w.default_gw)
         .collect();
     assert_eq!(gw, [true, false, false, false]);
     vmis[1].default_gw = true; // net-b, index 2
-    let gw: Vec<bool> = for_pod(&vmis, "eth0")
+    let gw: Vec<bool> = for_pod(&vmis, &ifname("eth0"))
         .unwrap()
         .iter()
         .map(|w| w.default_gw)
@@ -556,7 +560,7 @@ fn thick_mode_names_follow_index_and_annotations() {
 fn thick_mode_name_clashes_fail_before_anything_happens() {
     let mut vmis = pod();
     vmis[1].interface = Some("eth1".into()); // index 2 asks for eth1, index 1's name
-    let err = for_pod(&vmis, "eth0").unwrap_err();
+    let err = for_pod(&vmis, &ifname("eth0")).unwrap_err();
     assert!(
         matches!(&err, Conflict::SameName { name, .. } if name == "eth1"),
         "{err}"
@@ -564,5 +568,5 @@ fn thick_mode_name_clashes_fail_before_anything_happens() {
     // CNI_IFNAME itself may clash with an annotation.
     let mut vmis = pod();
     vmis[3].interface = Some("eth0".into());
-    assert!(for_pod(&vmis, "eth0").is_err());
+    assert!(for_pod(&vmis, &ifname("eth0")).is_err());
 }
