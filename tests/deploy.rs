@@ -322,11 +322,9 @@ fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
     add(&node, &gone, &gone_cid, &gone_ns);
     // The sandbox went without a DEL (a lost Multus cache): its netns is gone.
     drop(gone_ns);
+    // The kernel removes the veth with the netns, in its own time (its cleanup work runs
+    // later, sooner on an idle machine): the sweep must release the sandbox either way.
     let gone_tap = host_ifname(&gone.vmis[0].uuid);
-    assert!(
-        host_link_exists(&gone_tap),
-        "a veth outlives its netns' removal only on the host side"
-    );
 
     let conf_src = TempDir::new();
     let conf = conf_src.0.join("10-contrail.conf");
