@@ -82,10 +82,20 @@ fn every_subcommand_has_help_and_mistakes_are_explained() {
             &["install", "--bin-dir", "/x", "--conf", "/y"],
             "--conf-dir",
         ),
-        (&["inspect", "--jsn"], "unexpected argument"),
+        (&["inspect", "--jsn"], "--jsn"),
+        (
+            &["install", "--bin-dir", "/x", "--frobnicate"],
+            "--frobnicate",
+        ),
     ] {
-        let (ok, _, err) = by_hand(&plugin_bin(), args);
-        assert!(!ok, "{args:?}");
+        let out = Command::new(plugin_bin())
+            .env_clear()
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
         assert!(err.contains(words), "{args:?}: {err}");
     }
 }
