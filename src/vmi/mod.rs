@@ -2,6 +2,7 @@
 //! a call sets up. Pure: the agent's answers decoded into typed data and checked, and decisions
 //! over plain data; no I/O.
 
+mod malformed;
 mod resolve;
 #[cfg(test)]
 mod tests;
@@ -16,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cni::check_ifname;
-use crate::error::Malformed;
+pub use malformed::Malformed;
 
 #[cfg(feature = "thick")]
 pub(crate) use resolve::for_pod;

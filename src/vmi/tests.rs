@@ -1,7 +1,7 @@
 use super::*;
 #[cfg(feature = "thick")]
-use crate::error::Conflict;
-use crate::error::Malformed;
+use crate::kernel::conflict::Conflict;
+use crate::vmi::Malformed;
 use serde_json::json;
 
 const VM: &str = "40936d96-cf0e-11e8-9892-002590aaa964";
