@@ -56,7 +56,7 @@ pub enum AgentFault {
     /// An answer that breaks HTTP/1.1 or the size bound. Asking again will not help.
     Broken(HttpViolation),
     /// An answer the contract does not allow. Asking again will not help.
-    Refused(Malformed),
+    Refused(Box<Malformed>),
 }
 
 impl From<Failure> for AgentFault {
@@ -379,9 +379,9 @@ mod tests {
 
     #[test]
     fn codes_follow_the_cause() {
-        let refused = agent(AgentFault::Refused(Malformed::Absent {
+        let refused = agent(AgentFault::Refused(Box::new(Malformed::Absent {
             what: "VMI x".into(),
-        }));
+        })));
         assert_eq!(refused.code(), code::DECODE);
         assert!(!refused.is_transient());
         let broken = agent(AgentFault::Broken(HttpViolation::ConflictingLengths));

@@ -282,7 +282,8 @@ impl Agent {
                         vm_name: vm_name.to_string(),
                     }));
                 };
-                let refused = |why| agent.fault(Method::Get, &path, AgentFault::Refused(why));
+                let refused =
+                    |why| agent.fault(Method::Get, &path, AgentFault::Refused(Box::new(why)));
                 vmi::check_owner(&vmis, &pod.namespace, &pod.name).map_err(refused)?;
                 if vmi::complete(&vmis).map_err(refused)? {
                     for v in &vmis {
@@ -335,7 +336,7 @@ impl Agent {
     /// An answer the parsers refused, with the agent and the request it answered, so that an
     /// operator knows where to look.
     fn refused(&self, method: Method, path: &str, e: Malformed) -> Error {
-        self.fault(method, path, AgentFault::Refused(e))
+        self.fault(method, path, AgentFault::Refused(Box::new(e)))
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
