@@ -1,16 +1,28 @@
 //! One error type for the whole program. Each variant keeps what went wrong as data (the key,
-//! the field, the interface, the cause: an I/O error, a netlink errno, the agent's status, a
-//! wait that ran out); the CNI code is chosen in one place ([`Error::code`]) and the message an
+//! the field, the interface, the path and the operation, the cause: an I/O error, a netlink
+//! errno, the agent's status or the kind of its transport failure, a wait that ran out, and
+//! what it waited for); the CNI code is chosen in one place ([`Error::code`]) and the message an
 //! operator reads is the `Display`. Retrying decides on the kind ([`Error::is_transient`]), never
 //! on a code or a message.
+//!
+//! The leaf modules own the errors of their data and import nothing from here: [`crate::cni`]
+//! its [`BadEnv`], [`crate::vmi`] its [`Malformed`] and [`Unresolved`], the kernel its
+//! [`Conflict`] and netlink errors, the agent's client its transport failures and HTTP
+//! violations. This module wraps them.
 
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::agent::http::{Failure, HttpViolation, Request, TransportError};
+use crate::agent::wait::{Awaited, Pending};
 use crate::cni::SUPPORTED_VERSIONS;
+pub use crate::cni::{BadEnv, EnvProblem};
+pub use crate::kernel::conflict::Conflict;
 pub use crate::kernel::interface::Mismatch;
 use crate::kernel::netlink;
+pub use crate::vmi::Malformed;
 use crate::vmi::Unresolved;
 
 /// Reserved CNI error codes, and this plugin's own (100 and up).
@@ -38,190 +50,37 @@ pub mod code {
 #[derive(Debug)]
 pub enum AgentFault {
     /// No answer: refused, reset, timed out, cut short. Asking again may help.
-    Transport(String),
+    Transport(TransportError),
     /// An HTTP status other than 200 and 404. Asking again may help.
     Status(u16),
+    /// An answer that breaks HTTP/1.1 or the size bound. Asking again will not help.
+    Broken(HttpViolation),
     /// An answer the contract does not allow. Asking again will not help.
-    Refused(Malformed),
+    Refused(Box<Malformed>),
 }
 
-/// What is wrong with an answer of the agent: where, and of what kind. Never the answer's
-/// bytes, which are not this plugin's to repeat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Malformed {
-    /// Not JSON at all (serde's syntax error: a position, no content).
-    Json { what: String, why: String },
-    /// JSON of another shape than the contract's, at `at`.
-    Shape {
-        what: String,
-        at: String,
-        missing: Option<String>,
-    },
-    /// A field with a value the contract does not allow.
-    Field {
-        what: String,
-        field: &'static str,
-        problem: &'static str,
-    },
-    /// The answer lacks what was asked for.
-    Absent { what: String },
-    /// More VMIs than any pod has.
-    TooMany { count: usize, max: u32 },
-    /// A VMI reported ready without an address.
-    NoAddress { what: String },
-    /// A VMI of the answer is not annotated as the calling pod's.
-    NotThePods { vmi: String, pod: String },
-    /// A VMI of the answer belongs to another VM than the others.
-    OtherVm { vmi: String },
-    /// An IP configuration of another VM than the pod's.
-    OtherInstance { vmi: String, vm: String },
-    /// An answer that breaks HTTP/1.1 (its framing, its head): what is wrong, never its bytes.
-    Http { why: String },
-    /// An answer larger than an answer may be.
-    TooLarge { max: usize },
-}
-
-impl fmt::Display for Malformed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Malformed::Json { what, why } => write!(f, "agent sent invalid JSON for {what}: {why}"),
-            Malformed::Shape { what, at, missing } => match missing {
-                Some(field) => write!(
-                    f,
-                    "agent sent {what} in another shape (at {at}: missing field {field})"
-                ),
-                None => write!(
-                    f,
-                    "agent sent {what} in another shape (at {at}: a value of another type)"
-                ),
-            },
-            Malformed::Field {
-                what,
-                field,
-                problem,
-            } => write!(f, "agent sent {what} whose {field} {problem}"),
-            Malformed::Absent { what } => write!(f, "agent's answer does not contain {what}"),
-            Malformed::TooMany { count, max } => {
-                write!(f, "agent sent {count} VMIs for one pod, more than {max}")
-            }
-            Malformed::NoAddress { what } => write!(
-                f,
-                "agent reports {what} ready but with neither an IPv4 nor an IPv6 address"
-            ),
-            Malformed::NotThePods { vmi, pod } => write!(
-                f,
-                "VMI {vmi} is not annotated as pod {pod}'s (its namespace and name annotations \
-                 are missing or name another pod)"
-            ),
-            Malformed::OtherVm { vmi } => {
-                write!(
-                    f,
-                    "VMI {vmi} belongs to another VM than the pod's other VMIs"
-                )
-            }
-            Malformed::OtherInstance { vmi, vm } => write!(
-                f,
-                "agent sent the IP config of VMI {vmi} for another VM (its instance-id is not \
-                 pod {vm})"
-            ),
-            Malformed::Http { why } => {
-                write!(f, "agent sent an answer that breaks HTTP/1.1: {why}")
-            }
-            Malformed::TooLarge { max } => {
-                write!(
-                    f,
-                    "agent sent an answer larger than the {max} bytes an answer may have"
-                )
-            }
+impl From<Failure> for AgentFault {
+    fn from(f: Failure) -> AgentFault {
+        match f {
+            Failure::Transport(e) => AgentFault::Transport(e),
+            Failure::Broken(e) => AgentFault::Broken(e),
         }
     }
 }
 
-/// Why an interface cannot be made as asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Conflict {
-    /// The name is taken in the pod: another attachment owns it.
-    NameTaken { name: String, netns: String },
-    /// Gone right after it was made (something else deletes links).
-    Vanished { name: String },
-    /// A host link of this name is another pod's attachment.
-    HeldByPod { name: String, pod: String },
-    /// A host link in the way (by its name, or a VLAN link by its tag on the parent) is not one
-    /// this plugin makes.
-    NotOurs { name: String },
-    /// Thick mode: two VMIs would get one name.
-    SameName {
-        name: String,
-        first: (String, u32),
-        second: (String, u32),
-    },
-    /// Thick mode: an `interface` annotation names an interface Linux refuses.
-    BadName { name: String, why: &'static str },
-    /// A newer sandbox of the pod took the VMI over while this ADD ran.
-    TakenOver { ifname: String },
-    /// A state record without the MAC this plugin writes into every one.
-    NoMac { vmi: String },
-    /// Nested mode: a state record without the VMI's VLAN tag.
-    NoTag { vmi: String },
-    /// Nested mode: the parent interface is not on the node.
-    ParentMissing { name: String },
-    /// Nested mode: the parent interface is down.
-    ParentDown { name: String },
+/// What a wait's last poll saw: an answer that was not the one waited for, or a failure that
+/// asking again may mend.
+#[derive(Debug)]
+pub enum LastPoll {
+    NotYet(Pending),
+    Failed(Box<Error>),
 }
 
-impl fmt::Display for Conflict {
+impl fmt::Display for LastPoll {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Conflict::NameTaken { name, netns } => write!(
-                f,
-                "interface {name} already exists in {netns}; another attachment owns that name"
-            ),
-            Conflict::Vanished { name } => {
-                write!(f, "interface {name} vanished right after creation")
-            }
-            Conflict::HeldByPod { name, pod } => {
-                write!(
-                    f,
-                    "host interface {name} is an attachment of pod {pod}: not replacing it"
-                )
-            }
-            Conflict::NotOurs { name } => write!(
-                f,
-                "host interface {name} is in the way (the name, or the VLAN tag on the parent) \
-                 and is not one this plugin makes: not replacing it"
-            ),
-            Conflict::SameName {
-                name,
-                first,
-                second,
-            } => write!(
-                f,
-                "VMIs {} (index {}) and {} (index {}) would both be {name}: fix the pod's \
-                 interface names",
-                first.0, first.1, second.0, second.1
-            ),
-            Conflict::BadName { name, why } => write!(f, "interface name {name:?} {why}"),
-            Conflict::TakenOver { ifname } => write!(
-                f,
-                "{ifname} was taken over by a newer sandbox of the pod while it was being added"
-            ),
-            Conflict::NoMac { vmi } => write!(f, "the state record of VMI {vmi} has no MAC"),
-            Conflict::NoTag { vmi } => {
-                write!(
-                    f,
-                    "the state record of VMI {vmi} has no VLAN tag (nested mode)"
-                )
-            }
-            Conflict::ParentMissing { name } => write!(
-                f,
-                "parent interface {name} of nested mode is not on this node: set \
-                 parent-interface in the node-wide file"
-            ),
-            Conflict::ParentDown { name } => write!(
-                f,
-                "parent interface {name} of nested mode is down: the pods' VLANs would carry \
-                 nothing"
-            ),
+            LastPoll::NotYet(pending) => pending.fmt(f),
+            LastPoll::Failed(e) => e.fmt(f),
         }
     }
 }
@@ -240,11 +99,13 @@ pub enum Error {
     #[error("cniVersion {0:?} is not supported; supported: {list}", list = SUPPORTED_VERSIONS.join(", "))]
     Version(String),
     /// A CNI_* variable (or a value in CNI_ARGS) the plugin cannot work with.
-    #[error("{var}: {why}")]
-    Env { var: String, why: String },
-    #[error("{what}: {source}")]
+    #[error(transparent)]
+    Env(#[from] BadEnv),
+    /// An I/O error while doing `what` ("reading", "writing state in", ...) on `path`.
+    #[error("{what}{}: {source}", path_of(path))]
     Io {
-        what: String,
+        what: &'static str,
+        path: Option<PathBuf>,
         #[source]
         source: io::Error,
     },
@@ -264,35 +125,40 @@ pub enum Error {
     #[error("{}", agent_message(agent, request, fault))]
     Agent {
         agent: String,
-        request: String,
+        request: Request,
         fault: AgentFault,
     },
     /// A wait for the agent ran into the call's deadline.
     #[error("gave up after {:.1}s (poll-timeout x poll-retries) waiting for {what}; last: {last}", waited.as_secs_f64())]
     TimedOut {
         waited: Duration,
-        what: String,
-        last: String,
+        what: Awaited,
+        last: LastPoll,
     },
     /// The node's request budget has no turn for this call before its deadline: the agent is
     /// busy with the node's other calls.
     #[error("gave up after {:.1}s: no turn for {request} in the node's request budget to the agent ({rate} requests a second, contrail.agent-requests-per-second) before this call's deadline (poll-timeout x poll-retries); the next free turn is {:.1}s away: the node's other calls are waiting for the agent too", waited.as_secs_f64(), ahead.as_secs_f64())]
     NoTurn {
-        request: String,
+        request: Request,
         rate: u32,
         ahead: Duration,
         waited: Duration,
     },
-    /// Another call held a lock this call needs for longer than this call's deadline: it is
-    /// stopped or stuck; the runtime retries.
-    #[error("{what}: another call has held it for longer than this call's deadline (poll-timeout x poll-retries, {:.1}s): it may be stopped or stuck; try again later", waited.as_secs_f64())]
-    Busy { what: String, waited: Duration },
+    /// Another call held a lock this call needs (`what` on `path`) for longer than this call's
+    /// deadline: it is stopped or stuck; the runtime retries.
+    #[error("{what} {}: {source}: another call has held it for longer than this call's deadline (poll-timeout x poll-retries, {:.1}s): it may be stopped or stuck; try again later", path.display(), waited.as_secs_f64())]
+    Busy {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+        waited: Duration,
+    },
     /// A DEL of the attachment came while this ADD waited for the agent: the ADD stops.
     #[error("stopped waiting for {what}: a DEL of this attachment came while it was being added")]
-    Abandoned { what: String },
+    Abandoned { what: Awaited },
     /// STATUS: the agent does not answer at all.
     #[error("vRouter agent at {agent} is unreachable: {why}")]
-    Unavailable { agent: String, why: String },
+    Unavailable { agent: String, why: Failure },
     /// A panic, caught before it reached the caller; its message is in the log.
     #[error("internal error in contrail-k8s-cni; see its log")]
     Internal,
@@ -324,6 +190,11 @@ pub enum Error {
     },
 }
 
+fn path_of(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map_or(String::new(), |p| format!(" {}", p.display()))
+}
+
 fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
     let keys: Vec<String> = keys.iter().map(|k| format!("contrail.{k}")).collect();
     format!(
@@ -334,7 +205,10 @@ fn node_keys_message(keys: &[&str], network: &str, node_file: &str) -> String {
     )
 }
 
-fn agent_message(agent: &str, request: &str, fault: &AgentFault) -> String {
+fn agent_message(agent: &str, request: &Request, fault: &AgentFault) -> String {
+    let refuses = |why: &dyn fmt::Display| {
+        format!("vRouter agent at {agent} answered {request} with what this plugin refuses: {why}")
+    };
     match fault {
         AgentFault::Transport(why) => {
             format!("vRouter agent at {agent} did not answer {request}: {why}")
@@ -342,9 +216,8 @@ fn agent_message(agent: &str, request: &str, fault: &AgentFault) -> String {
         AgentFault::Status(status) => {
             format!("vRouter agent at {agent} answered {request} with HTTP {status}")
         }
-        AgentFault::Refused(why) => format!(
-            "vRouter agent at {agent} answered {request} with what this plugin refuses: {why}"
-        ),
+        AgentFault::Broken(why) => refuses(why),
+        AgentFault::Refused(why) => refuses(why),
     }
 }
 
@@ -380,11 +253,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 const MAX_MSG: usize = 2048;
 
 impl Error {
+    /// A CNI_* variable with a problem said in words; the typed ones are [`EnvProblem`]'s.
     pub fn env(var: &str, why: impl fmt::Display) -> Error {
-        Error::Env {
-            var: var.to_string(),
-            why: why.to_string(),
-        }
+        Error::Env(BadEnv::new(var, EnvProblem::Other(why.to_string())))
     }
 
     pub fn config(key: impl fmt::Display, why: impl fmt::Display) -> Error {
@@ -395,25 +266,31 @@ impl Error {
     }
 
     /// An I/O error on `path` while doing `what` ("reading", "writing state in", ...).
-    pub fn io(what: &str, path: &std::path::Path) -> impl FnOnce(io::Error) -> Error {
-        let what = format!("{what} {}", path.display());
-        move |source| Error::Io { what, source }
+    pub fn io(what: &'static str, path: &std::path::Path) -> impl FnOnce(io::Error) -> Error {
+        let path = Some(path.to_path_buf());
+        move |source| Error::Io { what, path, source }
     }
 
     /// A failure to take a lock in `path` for `what`: a lock held past the call's deadline
     /// ([`Error::Busy`], which the runtime retries), or an I/O error.
     pub(crate) fn locking(
-        what: &str,
+        what: &'static str,
         path: &std::path::Path,
         since: std::time::Instant,
     ) -> impl FnOnce(io::Error) -> Error {
-        let what = format!("{what} {}", path.display());
+        let path = path.to_path_buf();
         move |source| match source.kind() {
             io::ErrorKind::TimedOut => Error::Busy {
-                what: format!("{what}: {source}"),
+                what,
+                path,
+                source,
                 waited: since.elapsed(),
             },
-            _ => Error::Io { what, source },
+            _ => Error::Io {
+                what,
+                path: Some(path),
+                source,
+            },
         }
     }
 
@@ -442,12 +319,12 @@ impl Error {
     pub fn code(&self) -> u32 {
         match self {
             Error::Version(_) => code::INCOMPATIBLE_VERSION,
-            Error::Env { .. } => code::INVALID_ENV,
+            Error::Env(_) => code::INVALID_ENV,
             Error::Io { .. } => code::IO,
             Error::NotJson(_) => code::DECODE,
             Error::Config { .. } | Error::NodeKeys { .. } => code::INVALID_CONFIG,
             Error::Agent {
-                fault: AgentFault::Refused(_),
+                fault: AgentFault::Refused(_) | AgentFault::Broken(_),
                 ..
             } => code::DECODE,
             Error::Agent { .. }
@@ -492,25 +369,34 @@ mod tests {
     fn agent(fault: AgentFault) -> Error {
         Error::Agent {
             agent: "http://127.0.0.1:9091".into(),
-            request: "GET /vm-cfg/x".into(),
+            request: Request {
+                method: crate::agent::Method::Get,
+                path: "/vm-cfg/x".into(),
+            },
             fault,
         }
     }
 
     #[test]
     fn codes_follow_the_cause() {
-        let refused = agent(AgentFault::Refused(Malformed::Absent {
+        let refused = agent(AgentFault::Refused(Box::new(Malformed::Absent {
             what: "VMI x".into(),
-        }));
+        })));
         assert_eq!(refused.code(), code::DECODE);
         assert!(!refused.is_transient());
-        let lost = agent(AgentFault::Transport("timeout".into()));
+        let broken = agent(AgentFault::Broken(HttpViolation::ConflictingLengths));
+        assert_eq!(broken.code(), code::DECODE);
+        assert!(!broken.is_transient());
+        let lost = agent(AgentFault::Transport(TransportError::TimedOut {
+            after: Duration::from_millis(50),
+        }));
         assert_eq!(lost.code(), code::TRY_AGAIN_LATER);
         assert!(lost.is_transient());
         assert!(agent(AgentFault::Status(500)).is_transient());
         assert_eq!(
             lost.to_string(),
-            "vRouter agent at http://127.0.0.1:9091 did not answer GET /vm-cfg/x: timeout"
+            "vRouter agent at http://127.0.0.1:9091 did not answer GET /vm-cfg/x: timed out \
+             after 50 ms"
         );
         let name_taken = || {
             Error::Interface(Conflict::NameTaken {
@@ -538,6 +424,73 @@ mod tests {
             source: Box::new(lost),
         };
         assert_eq!(pod.code(), code::TRY_AGAIN_LATER);
+    }
+
+    #[test]
+    fn io_and_busy_keep_the_operation_the_path_and_the_errno() {
+        let path = std::path::Path::new("/var/lib/cni/contrail");
+        let e = Error::io("reading", path)(io::Error::from_raw_os_error(libc::EACCES));
+        assert!(
+            matches!(&e, Error::Io { what: "reading", path: Some(p), source }
+            if p == path && source.raw_os_error() == Some(libc::EACCES))
+        );
+        assert_eq!(e.code(), code::IO);
+        assert!(
+            e.to_string().starts_with("reading /var/lib/cni/contrail: "),
+            "{e}"
+        );
+        let since = std::time::Instant::now();
+        let busy = Error::locking("locking", path, since)(io::Error::from(io::ErrorKind::TimedOut));
+        assert!(matches!(
+            &busy,
+            Error::Busy {
+                what: "locking",
+                ..
+            }
+        ));
+        assert_eq!(busy.code(), code::TRY_AGAIN_LATER);
+        assert!(
+            busy.to_string()
+                .starts_with("locking /var/lib/cni/contrail: "),
+            "{busy}"
+        );
+        let other = Error::locking("locking", path, since)(io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(other, Error::Io { .. }));
+    }
+
+    #[test]
+    fn waits_name_what_they_waited_for() {
+        let e = Error::TimedOut {
+            waited: Duration::from_millis(1500),
+            what: Awaited::PodInterfaces {
+                vm_name: "k8s__a__b".into(),
+            },
+            last: LastPoll::NotYet(Pending::SomeKnown {
+                vm_name: "k8s__a__b".into(),
+                known: 1,
+                of: 2,
+            }),
+        };
+        assert_eq!(e.code(), code::TRY_AGAIN_LATER);
+        assert!(!e.is_transient());
+        assert_eq!(
+            e.to_string(),
+            "gave up after 1.5s (poll-timeout x poll-retries) waiting for the agent to know \
+             every interface of pod k8s__a__b; last: GET /vm-cfg/k8s__a__b: 1 of 2 interfaces \
+             known"
+        );
+        let stopped = Error::Abandoned {
+            what: Awaited::Turn(Request {
+                method: crate::agent::Method::Post,
+                path: "/vm".into(),
+            }),
+        };
+        assert_eq!(stopped.code(), code::INTERFACE);
+        assert!(
+            stopped
+                .to_string()
+                .starts_with("stopped waiting for POST /vm: ")
+        );
     }
 
     #[test]

@@ -41,7 +41,11 @@ fn cni_call() -> ExitCode {
     }));
     let mut version = Version::NEWEST.as_str().to_string();
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        contrail_k8s_cni::run(Env::from_process(), read_stdin(), &mut version)
+        contrail_k8s_cni::run(
+            Env::from_process().map_err(Error::from),
+            read_stdin(),
+            &mut version,
+        )
     }))
     .unwrap_or(Err(Error::Internal));
     let (out, status) = match result {

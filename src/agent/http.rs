@@ -6,13 +6,12 @@
 //! got wrong.
 
 use std::fmt;
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
-
-use crate::error::{AgentFault, Malformed};
 
 /// An answer's status line and headers; the agent's are about 100 bytes.
 const MAX_HEAD: usize = 8 * 1024;
@@ -29,27 +28,128 @@ pub(crate) struct Answer {
 
 /// Why a request got no answer this plugin takes.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// No answer: refused, reset, timed out, cut short. Asking again may help.
-    Transport(String),
+    Transport(TransportError),
     /// An answer that breaks HTTP, or larger than the bound. Asking again gets the same.
-    Refused(Malformed),
-}
-
-impl From<Failure> for AgentFault {
-    fn from(f: Failure) -> AgentFault {
-        match f {
-            Failure::Transport(why) => AgentFault::Transport(why),
-            Failure::Refused(why) => AgentFault::Refused(why),
-        }
-    }
+    Broken(HttpViolation),
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Transport(why) => f.write_str(why),
-            Failure::Refused(why) => why.fmt(f),
+            Failure::Transport(e) => e.fmt(f),
+            Failure::Broken(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Why a request got no answer at all, by kind, with what there is to know: the time it was
+/// given, the errno.
+#[derive(Debug)]
+pub enum TransportError {
+    /// Connecting took longer than the connect timeout.
+    ConnectTimedOut { after: Duration },
+    /// The answer took longer than the request's timeout (connecting included).
+    TimedOut { after: Duration },
+    /// Connecting failed: refused (nothing listens on the port).
+    Connect(io::Error),
+    /// The connection closed before the answer was whole.
+    CutShort,
+    /// Another I/O error on the connection (a reset, ...).
+    Io(io::Error),
+    /// Any other failure ureq reports.
+    Other(ureq::Error),
+}
+
+impl TransportError {
+    /// The OS error number, for the failures that have one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            TransportError::Connect(e) | TransportError::Io(e) => e.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::ConnectTimedOut { after } => {
+                write!(f, "connecting timed out after {} ms", after.as_millis())
+            }
+            TransportError::TimedOut { after } => {
+                write!(f, "timed out after {} ms", after.as_millis())
+            }
+            TransportError::Connect(e) => write!(f, "connecting: {e}"),
+            TransportError::CutShort => {
+                f.write_str("the connection closed before the answer was whole")
+            }
+            TransportError::Io(e) => e.fmt(f),
+            TransportError::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+/// What is wrong with an answer that breaks HTTP/1.1 (its framing, its head) or the size bound:
+/// the kind, never the answer's bytes, which are not this plugin's to repeat.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HttpViolation {
+    /// A Content-Length that is not a number.
+    BadContentLength,
+    /// Several Content-Lengths.
+    ConflictingLengths,
+    /// Both Transfer-Encoding and Content-Length.
+    LengthAndChunked,
+    /// A head that does not parse (the status line, a header), as ureq's parser says.
+    BadHead(ureq_proto::Error),
+    /// Any other breach ureq's protocol layer reports.
+    Other(ureq_proto::Error),
+    /// A status line and headers larger than `max` bytes.
+    HeadTooLarge { max: usize },
+    /// A body larger than `max` bytes.
+    BodyTooLarge { max: usize },
+}
+
+impl From<ureq_proto::Error> for HttpViolation {
+    fn from(e: ureq_proto::Error) -> HttpViolation {
+        use ureq_proto::Error as P;
+        match e {
+            P::BadContentLengthHeader => HttpViolation::BadContentLength,
+            P::TooManyContentLengthHeaders => HttpViolation::ConflictingLengths,
+            P::ConflictingBodyHeaders => HttpViolation::LengthAndChunked,
+            P::HttpParseFail(_) | P::HttpParseTooManyHeaders | P::BadHeader(_) => {
+                HttpViolation::BadHead(e)
+            }
+            e => HttpViolation::Other(e),
+        }
+    }
+}
+
+impl fmt::Display for HttpViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let breaks = "agent sent an answer that breaks HTTP/1.1";
+        match self {
+            HttpViolation::BadContentLength
+            | HttpViolation::ConflictingLengths
+            | HttpViolation::LengthAndChunked => {
+                let e = match self {
+                    HttpViolation::BadContentLength => ureq_proto::Error::BadContentLengthHeader,
+                    HttpViolation::ConflictingLengths => {
+                        ureq_proto::Error::TooManyContentLengthHeaders
+                    }
+                    _ => ureq_proto::Error::ConflictingBodyHeaders,
+                };
+                write!(f, "{breaks}: {e}")
+            }
+            HttpViolation::BadHead(e) | HttpViolation::Other(e) => write!(f, "{breaks}: {e}"),
+            HttpViolation::HeadTooLarge { max } => {
+                write!(f, "{breaks}: a head larger than {max} bytes")
+            }
+            HttpViolation::BodyTooLarge { max } => write!(
+                f,
+                "agent sent an answer larger than the {max} bytes an answer may have"
+            ),
         }
     }
 }
@@ -176,41 +276,52 @@ impl Client {
     }
 
     fn too_large(&self) -> Failure {
-        Failure::Refused(Malformed::TooLarge { max: self.max_body })
+        Failure::Broken(HttpViolation::BodyTooLarge { max: self.max_body })
     }
 
-    /// What went wrong, for the operator: no answer (asking again may help), or an answer that
-    /// breaks HTTP or the size bound (asking again gets the same).
+    /// What went wrong, by kind: no answer (asking again may help), or an answer that breaks
+    /// HTTP or the size bound (asking again gets the same).
     fn failure(&self, e: ureq::Error, timeout: Duration) -> Failure {
-        let refused = |why: String| Failure::Refused(Malformed::Http { why });
         match e {
-            ureq::Error::Protocol(e) => refused(e.to_string()),
+            ureq::Error::Protocol(e) => Failure::Broken(e.into()),
             ureq::Error::LargeResponseHeader(_, max) => {
-                refused(format!("a head larger than {max} bytes"))
+                Failure::Broken(HttpViolation::HeadTooLarge { max })
             }
             ureq::Error::BodyExceedsLimit(_) => self.too_large(),
-            ureq::Error::Timeout(ureq::Timeout::Connect) => Failure::Transport(format!(
-                "connecting timed out after {} ms",
-                self.connect_timeout.as_millis()
-            )),
+            ureq::Error::Timeout(ureq::Timeout::Connect) => {
+                Failure::Transport(TransportError::ConnectTimedOut {
+                    after: self.connect_timeout,
+                })
+            }
             ureq::Error::Timeout(_) => {
-                Failure::Transport(format!("timed out after {} ms", timeout.as_millis()))
+                Failure::Transport(TransportError::TimedOut { after: timeout })
             }
             ureq::Error::Io(e) => Failure::Transport(match e.kind() {
-                std::io::ErrorKind::ConnectionRefused => format!("connecting: {e}"),
-                std::io::ErrorKind::UnexpectedEof => {
-                    "the connection closed before the answer was whole".into()
-                }
-                _ => e.to_string(),
+                io::ErrorKind::ConnectionRefused => TransportError::Connect(e),
+                io::ErrorKind::UnexpectedEof => TransportError::CutShort,
+                _ => TransportError::Io(e),
             }),
-            e => Failure::Transport(e.to_string()),
+            e => Failure::Transport(TransportError::Other(e)),
         }
+    }
+}
+
+/// One request to the agent, as errors name it: `GET /vm-cfg/<vm-name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub method: Method,
+    pub path: String,
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
     }
 }
 
 /// The HTTP methods of the agent's API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Method {
+pub enum Method {
     Get,
     Post,
     Delete,
@@ -311,13 +422,6 @@ mod tests {
         }
     }
 
-    fn text(e: Failure) -> String {
-        match e {
-            Failure::Transport(why) => format!("transport: {why}"),
-            Failure::Refused(why) => format!("refused: {why}"),
-        }
-    }
-
     #[test]
     fn requests_share_one_connection_and_bodies_are_sent_with_their_length() {
         let ok: &[u8] =
@@ -373,34 +477,74 @@ mod tests {
 
     #[test]
     fn broken_answers_say_what_broke() {
-        for (answer, words) in [
+        type Kind = fn(&Failure) -> bool;
+        let cases: [(&[u8], Kind); 6] = [
             (
-                &b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\""[..],
-                "transport: the connection closed before the answer was whole",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"a\"",
+                |e| matches!(e, Failure::Transport(TransportError::CutShort)),
             ),
-            (
-                b"garbage\r\n\r\n",
-                "refused: agent sent an answer that breaks HTTP/1.1",
-            ),
-            (
-                b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-                "content-length header not a number",
-            ),
+            (b"garbage\r\n\r\n", |e| {
+                matches!(e, Failure::Broken(HttpViolation::BadHead(_)))
+            }),
+            (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", |e| {
+                matches!(e, Failure::Broken(HttpViolation::BadContentLength))
+            }),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
-                "refused: agent sent an answer that breaks HTTP/1.1",
+                |e| matches!(e, Failure::Broken(HttpViolation::ConflictingLengths)),
             ),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",
-                "refused: agent sent an answer larger than the 1048576 bytes",
+                |e| {
+                    matches!(
+                        e,
+                        Failure::Broken(HttpViolation::BodyTooLarge { max: 1_048_576 })
+                    )
+                },
             ),
-            (b"HTTP/1.1 200", "transport: the connection closed"),
-        ] {
+            (b"HTTP/1.1 200", |e| {
+                matches!(e, Failure::Transport(TransportError::CutShort))
+            }),
+        ];
+        for (answer, kind) in cases {
             let Served { client, server, .. } = serve(vec![vec![answer]]);
-            let e = text(client.send(Method::Get, "/", None, SECOND).unwrap_err());
-            assert!(e.contains(words), "{words}: {e}");
+            let e = client.send(Method::Get, "/", None, SECOND).unwrap_err();
+            assert!(kind(&e), "{:?}: {e:?}", String::from_utf8_lossy(answer));
             server.join().unwrap();
         }
+    }
+
+    #[test]
+    fn violations_read_as_they_did() {
+        for (violation, text) in [
+            (
+                HttpViolation::BadContentLength,
+                "agent sent an answer that breaks HTTP/1.1: content-length header not a number",
+            ),
+            (
+                HttpViolation::ConflictingLengths,
+                "agent sent an answer that breaks HTTP/1.1: conflicting content-length headers",
+            ),
+            (
+                HttpViolation::LengthAndChunked,
+                "agent sent an answer that breaks HTTP/1.1: both transfer-encoding and \
+                 content-length headers",
+            ),
+            (
+                HttpViolation::HeadTooLarge { max: 8192 },
+                "agent sent an answer that breaks HTTP/1.1: a head larger than 8192 bytes",
+            ),
+            (
+                HttpViolation::BodyTooLarge { max: 1024 },
+                "agent sent an answer larger than the 1024 bytes an answer may have",
+            ),
+        ] {
+            assert_eq!(violation.to_string(), text);
+        }
+        assert_eq!(
+            TransportError::CutShort.to_string(),
+            "the connection closed before the answer was whole"
+        );
     }
 
     #[test]
@@ -410,13 +554,23 @@ mod tests {
         let e = client
             .send(Method::Get, "/", None, Duration::from_millis(50))
             .unwrap_err();
-        assert_eq!(text(e), "transport: timed out after 50 ms");
+        assert!(
+            matches!(&e, Failure::Transport(TransportError::TimedOut { after })
+                if *after == Duration::from_millis(50)),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "timed out after 50 ms");
         let addr = listener.local_addr().unwrap();
         drop(listener);
         let e = Client::new(addr, SECOND, 1 << 20)
             .send(Method::Get, "/", None, SECOND)
             .unwrap_err();
-        let e = text(e);
+        let Failure::Transport(e) = e else {
+            panic!("{e:?}")
+        };
+        assert!(matches!(e, TransportError::Connect(_)), "{e:?}");
+        assert_eq!(e.errno(), Some(libc::ECONNREFUSED));
+        let e = e.to_string();
         assert!(e.contains("connecting") && e.contains("refused"), "{e}");
     }
 

@@ -3,6 +3,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod http;
+pub(crate) mod wait;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -11,13 +12,23 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::agent::budget::{Budget, Class, NoTurn};
-use crate::agent::http::Method;
 use crate::cni::pod::Pod;
 use crate::config::Contrail;
-use crate::error::{AgentFault, Error, Malformed, Result};
+use crate::error::{AgentFault, Error, LastPoll, Result};
 use crate::ids::{VmUuid, VmiUuid};
 use crate::state::ledger::Seal;
-use crate::vmi::{self, IpConfig, Vmi};
+use crate::vmi::{self, IpConfig, Malformed, Vmi};
+
+pub use http::{Failure, HttpViolation, Method, Request, TransportError};
+pub use wait::{Awaited, Pending};
+
+/// The request `method path`, as errors name it.
+fn request(method: Method, path: &str) -> Request {
+    Request {
+        method,
+        path: path.to_string(),
+    }
+}
 
 /// The first polls come 5 and 15 ms after the first one, so that an agent ready within
 /// milliseconds is seen within milliseconds; then one every [`POLL_PERIOD`], so that one that
@@ -83,7 +94,7 @@ pub struct Agent {
 /// One poll's outcome: the answer, or why it is not there yet.
 pub enum Poll<T> {
     Ready(T),
-    NotYet(String),
+    NotYet(Pending),
 }
 
 impl Agent {
@@ -136,7 +147,7 @@ impl Agent {
     fn fault(&self, method: Method, path: &str, fault: AgentFault) -> Error {
         Error::Agent {
             agent: self.http.base().to_string(),
-            request: format!("{method} {path}"),
+            request: request(method, path),
             fault,
         }
     }
@@ -150,7 +161,7 @@ impl Agent {
             Method::Post | Method::Delete => Class::Urgent,
         };
         let stop = || self.stop.as_ref().is_some_and(|stop| stop());
-        let request = || format!("{method} {path}");
+        let request = || request(method, path);
         match self.budget.turn(class, self.deadline, &stop) {
             Ok(waited) => {
                 SENT.fetch_add(1, Ordering::Relaxed);
@@ -158,7 +169,9 @@ impl Agent {
                 let left = self.deadline.saturating_duration_since(Instant::now());
                 Ok(timeout.min(left).max(self.poll_timeout.min(MIN_ATTEMPT)))
             }
-            Err(NoTurn::Stopped) => Err(Error::Abandoned { what: request() }),
+            Err(NoTurn::Stopped) => Err(Error::Abandoned {
+                what: Awaited::Turn(request()),
+            }),
             Err(NoTurn::Exhausted { ahead }) => Err(Error::NoTurn {
                 request: request(),
                 rate: self.rate,
@@ -203,7 +216,7 @@ impl Agent {
     /// get better by asking again.
     pub fn poll<T>(
         &self,
-        what: &str,
+        what: Awaited,
         attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
     ) -> Result<T> {
         let started = Instant::now();
@@ -214,7 +227,7 @@ impl Agent {
 
     fn poll_until_deadline<T>(
         &self,
-        what: &str,
+        what: Awaited,
         mut attempt: impl FnMut(&Agent, Duration) -> Result<Poll<T>>,
     ) -> Result<T> {
         let deadline = self.deadline;
@@ -230,14 +243,12 @@ impl Agent {
                     .max(self.poll_timeout.min(MIN_ATTEMPT)),
             ) {
                 Ok(Poll::Ready(t)) => return Ok(t),
-                Ok(Poll::NotYet(why)) => last = why,
-                Err(e) if e.is_transient() => last = e.to_string(),
+                Ok(Poll::NotYet(why)) => last = LastPoll::NotYet(why),
+                Err(e) if e.is_transient() => last = LastPoll::Failed(Box::new(e)),
                 Err(e) => return Err(e),
             }
             if self.stop.as_ref().is_some_and(|stop| stop()) {
-                return Err(Error::Abandoned {
-                    what: what.to_string(),
-                });
+                return Err(Error::Abandoned { what });
             }
             let pause = EARLY_POLL_PAUSES
                 .get(polled)
@@ -251,7 +262,7 @@ impl Agent {
             if left < pause + self.poll_timeout.min(MIN_ATTEMPT) {
                 return Err(Error::TimedOut {
                     waited: self.start.elapsed(),
-                    what: what.to_string(),
+                    what,
                     last,
                 });
             }
@@ -264,14 +275,17 @@ impl Agent {
     pub fn wait_for_pod(&self, pod: &Pod, vm_name: &str) -> Result<Vec<Vmi>> {
         let path = format!("/vm-cfg/{vm_name}");
         self.poll(
-            &format!("the agent to know every interface of pod {vm_name}"),
+            Awaited::PodInterfaces {
+                vm_name: vm_name.to_string(),
+            },
             |agent, timeout| {
                 let Some(vmis) = agent.pod_config(vm_name, timeout)? else {
-                    return Ok(Poll::NotYet(format!(
-                        "GET {path}: 404, the agent does not know the pod yet"
-                    )));
+                    return Ok(Poll::NotYet(Pending::PodUnknown {
+                        vm_name: vm_name.to_string(),
+                    }));
                 };
-                let refused = |why| agent.fault(Method::Get, &path, AgentFault::Refused(why));
+                let refused =
+                    |why| agent.fault(Method::Get, &path, AgentFault::Refused(Box::new(why)));
                 vmi::check_owner(&vmis, &pod.namespace, &pod.name).map_err(refused)?;
                 if vmi::complete(&vmis).map_err(refused)? {
                     for v in &vmis {
@@ -287,10 +301,11 @@ impl Agent {
                     return Ok(Poll::Ready(vmis));
                 }
                 let n = vmis.first().map_or(0, |v| v.count);
-                Ok(Poll::NotYet(format!(
-                    "GET {path}: {} of {n} interfaces known",
-                    vmis.len()
-                )))
+                Ok(Poll::NotYet(Pending::SomeKnown {
+                    vm_name: vm_name.to_string(),
+                    known: vmis.len(),
+                    of: n,
+                }))
             },
         )
     }
@@ -323,7 +338,7 @@ impl Agent {
     /// An answer the parsers refused, with the agent and the request it answered, so that an
     /// operator knows where to look.
     fn refused(&self, method: Method, path: &str, e: Malformed) -> Error {
-        self.fault(method, path, AgentFault::Refused(e))
+        self.fault(method, path, AgentFault::Refused(Box::new(e)))
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
@@ -332,20 +347,23 @@ impl Agent {
     /// failure names the VMI that never got ready.
     pub fn wait_for_ips(&self, vm_uuid: &VmUuid, vmis: &[&VmiUuid]) -> Result<Vec<IpConfig>> {
         let what = match vmis {
-            [one] => format!("the IP address of VMI {one}"),
-            _ => format!(
-                "the IP addresses of the {} VMIs of pod {vm_uuid}",
-                vmis.len()
-            ),
+            [one] => Awaited::Ip {
+                vmi: one.to_string(),
+            },
+            _ => Awaited::Ips {
+                count: vmis.len(),
+                vm_uuid: vm_uuid.to_string(),
+            },
         };
         let mut ready = Vec::with_capacity(vmis.len());
-        self.poll(&what, |agent, timeout| {
+        self.poll(what, |agent, timeout| {
             while let Some(vmi) = vmis.get(ready.len()) {
                 let Some(ip) = agent.ip_config(vm_uuid, vmi, timeout)? else {
                     crate::crash::point("waiting");
-                    return Ok(Poll::NotYet(format!(
-                        "GET /vm/{vm_uuid}/{vmi}: 404, no IP configuration yet"
-                    )));
+                    return Ok(Poll::NotYet(Pending::NoIp {
+                        vm_uuid: vm_uuid.to_string(),
+                        vmi: vmi.to_string(),
+                    }));
                 };
                 ready.push(ip);
             }
@@ -368,15 +386,14 @@ impl Agent {
     pub(crate) fn register(&self, _: &Seal, port: &Value) -> Result<()> {
         let field = |k: &str| port.get(k).and_then(Value::as_str).unwrap_or("?");
         self.poll(
-            &format!(
-                "the agent to accept port {} of VMI {}",
-                field("host-ifname"),
-                field("vmi-uuid")
-            ),
+            Awaited::Port {
+                ifname: field("host-ifname").to_string(),
+                vmi: field("vmi-uuid").to_string(),
+            },
             |agent, t| {
                 Ok(match agent.request(Method::Post, "/vm", Some(port), t)? {
                     Some(_) => Poll::Ready(()),
-                    None => Poll::NotYet("POST /vm: 404".into()),
+                    None => Poll::NotYet(Pending::NotAccepted),
                 })
             },
         )
@@ -389,7 +406,9 @@ impl Agent {
     pub(crate) fn resync(&self, seal: &Seal, vm_uuid: &VmUuid, ports: &[Value]) -> Result<()> {
         let path = format!("/vm/{vm_uuid}");
         self.poll(
-            &format!("the agent to drop the ports of pod {vm_uuid}"),
+            Awaited::PortsDropped {
+                vm_uuid: vm_uuid.to_string(),
+            },
             |agent, t| {
                 agent.request(Method::Delete, &path, None, t)?;
                 Ok(Poll::Ready(()))
@@ -413,9 +432,9 @@ impl Agent {
         )?;
         match self.http.send(Method::Get, path, None, t) {
             Ok(_) => Ok(()),
-            Err(failure) => Err(Error::Unavailable {
+            Err(why) => Err(Error::Unavailable {
                 agent: self.http.base().to_string(),
-                why: failure.to_string(),
+                why,
             }),
         }
     }

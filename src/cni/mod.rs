@@ -5,13 +5,95 @@
 
 pub mod pod;
 
+use std::fmt;
+use std::io;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
 use crate::ids::{ContainerId, IfName};
+
+/// A CNI_* variable (or a value in CNI_ARGS) the plugin cannot work with: the variable, and
+/// what is wrong with its value. The error module turns it into the CNI error (code 4).
+#[derive(Debug)]
+pub struct BadEnv {
+    pub var: String,
+    pub problem: EnvProblem,
+}
+
+/// What is wrong with a variable of the environment.
+#[derive(Debug)]
+pub enum EnvProblem {
+    /// Its value is not UTF-8.
+    NotUtf8,
+    /// Absent, or empty.
+    Missing,
+    /// CNI_COMMAND names no command of the specification.
+    UnknownCommand(String),
+    /// A container id or a pod's name or namespace (`key` of CNI_ARGS) that is no safe name.
+    BadName {
+        key: Option<&'static str>,
+        value: String,
+    },
+    /// An interface name Linux or libcni refuses, and why.
+    BadIfname { ifname: String, why: &'static str },
+    /// CNI_NETNS that is not an absolute path.
+    NotAbsolute(String),
+    /// CNI_NETNS that cannot be opened as a network namespace.
+    Netns { path: String, source: io::Error },
+    /// CNI_ARGS without the pod's name, which ADD needs.
+    NoPodName,
+    /// Said by a caller in its own words.
+    Other(String),
+}
+
+impl BadEnv {
+    pub fn new(var: &str, problem: EnvProblem) -> BadEnv {
+        BadEnv {
+            var: var.to_string(),
+            problem,
+        }
+    }
+}
+
+impl fmt::Display for BadEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.var, self.problem)
+    }
+}
+
+impl std::error::Error for BadEnv {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.problem {
+            EnvProblem::Netns { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for EnvProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAME_RULE: &str = "must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)";
+        match self {
+            EnvProblem::NotUtf8 => f.write_str("is not valid UTF-8"),
+            EnvProblem::Missing => f.write_str("missing or empty"),
+            EnvProblem::UnknownCommand(command) => write!(f, "unknown command {command:?}"),
+            EnvProblem::BadName {
+                key: Some(key),
+                value,
+            } => write!(f, "{key}={value:?} {NAME_RULE}"),
+            EnvProblem::BadName { key: None, value } => write!(f, "{value:?} {NAME_RULE}"),
+            EnvProblem::BadIfname { ifname, why } => write!(f, "{ifname:?} {why}"),
+            EnvProblem::NotAbsolute(path) => write!(f, "{path:?} must be an absolute path"),
+            EnvProblem::Netns { path, source } => write!(f, "cannot open {path}: {source}"),
+            EnvProblem::NoPodName => {
+                f.write_str("K8S_POD_NAME is missing; ADD needs the pod's name")
+            }
+            EnvProblem::Other(why) => f.write_str(why),
+        }
+    }
+}
 
 /// Every version this plugin speaks, oldest first; VERSION reports them in this order.
 pub const SUPPORTED_VERSIONS: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -240,7 +322,7 @@ pub struct Env {
 impl Env {
     /// The process's environment. A value that is not UTF-8 is refused, naming its variable: a
     /// lossy conversion would turn an interface name into another, valid one.
-    pub fn from_process() -> Result<Env> {
+    pub fn from_process() -> Result<Env, BadEnv> {
         for var in [
             "CNI_COMMAND",
             "CNI_CONTAINERID",
@@ -249,17 +331,17 @@ impl Env {
             "CNI_ARGS",
         ] {
             if std::env::var_os(var).is_some_and(|v| v.to_str().is_none()) {
-                return Err(Error::env(var, "is not valid UTF-8"));
+                return Err(BadEnv::new(var, EnvProblem::NotUtf8));
             }
         }
         Env::parse(|k| std::env::var(k).ok())
     }
 
     /// Reads and validates the environment through `get`.
-    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Env> {
+    pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Env, BadEnv> {
         let command = get("CNI_COMMAND").unwrap_or_default();
         let command = Command::parse(&command)
-            .ok_or_else(|| Error::env("CNI_COMMAND", format!("unknown command {command:?}")))?;
+            .ok_or_else(|| BadEnv::new("CNI_COMMAND", EnvProblem::UnknownCommand(command)))?;
         // These act on the node, not on one container: they carry no container or interface.
         if matches!(command, Command::Version | Command::Gc | Command::Status) {
             return Ok(Env {
@@ -273,29 +355,34 @@ impl Env {
         let required = |var: &str| {
             get(var)
                 .filter(|v| !v.is_empty())
-                .ok_or_else(|| Error::env(var, "missing or empty"))
+                .ok_or_else(|| BadEnv::new(var, EnvProblem::Missing))
         };
         let container_id = required("CNI_CONTAINERID")?;
         let container_id = ContainerId::parse(container_id.as_str()).map_err(|_| {
-            Error::env(
+            BadEnv::new(
                 "CNI_CONTAINERID",
-                format!(
-                    "{container_id:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
-                ),
+                EnvProblem::BadName {
+                    key: None,
+                    value: container_id,
+                },
             )
         })?;
         let ifname = required("CNI_IFNAME")?;
-        let ifname = IfName::parse(ifname.as_str())
-            .map_err(|e| Error::env("CNI_IFNAME", format!("{ifname:?} {e}")))?;
+        let ifname = IfName::parse(ifname.as_str()).map_err(|e| {
+            BadEnv::new(
+                "CNI_IFNAME",
+                EnvProblem::BadIfname {
+                    ifname,
+                    why: e.rule,
+                },
+            )
+        })?;
         let netns = match command {
             Command::Del => get("CNI_NETNS").unwrap_or_default(),
             _ => required("CNI_NETNS")?,
         };
         if netns.contains('\0') || (!netns.is_empty() && !netns.starts_with('/')) {
-            return Err(Error::env(
-                "CNI_NETNS",
-                format!("{netns:?} must be an absolute path"),
-            ));
+            return Err(BadEnv::new("CNI_NETNS", EnvProblem::NotAbsolute(netns)));
         }
         Ok(Env {
             command,
@@ -307,17 +394,17 @@ impl Env {
     }
 
     /// CNI_CONTAINERID of an ADD, DEL or CHECK ([`Env::parse`] requires one for them).
-    pub fn container_id(&self) -> Result<&ContainerId> {
+    pub fn container_id(&self) -> Result<&ContainerId, BadEnv> {
         self.sandbox
             .as_ref()
-            .ok_or_else(|| Error::env("CNI_CONTAINERID", "missing or empty"))
+            .ok_or_else(|| BadEnv::new("CNI_CONTAINERID", EnvProblem::Missing))
     }
 
     /// CNI_IFNAME of an ADD, DEL or CHECK ([`Env::parse`] requires one for them).
-    pub fn ifname(&self) -> Result<&IfName> {
+    pub fn ifname(&self) -> Result<&IfName, BadEnv> {
         self.interface
             .as_ref()
-            .ok_or_else(|| Error::env("CNI_IFNAME", "missing or empty"))
+            .ok_or_else(|| BadEnv::new("CNI_IFNAME", EnvProblem::Missing))
     }
 }
 
@@ -348,7 +435,7 @@ mod tests {
         ("CNI_ARGS", "K8S_POD_NAME=p"),
     ];
 
-    fn env_with(var: &str, value: Option<&str>) -> Result<Env> {
+    fn env_with(var: &str, value: Option<&str>) -> Result<Env, BadEnv> {
         let mut pairs: Vec<(&str, &str)> =
             ADD_ENV.iter().copied().filter(|(k, _)| *k != var).collect();
         if let Some(v) = value {
@@ -389,12 +476,28 @@ mod tests {
         ];
         for (var, value) in cases {
             let err = env_with(var, value).unwrap_err();
-            assert_eq!(
-                err.code(),
-                crate::error::code::INVALID_ENV,
-                "{var}={value:?}"
-            );
+            assert_eq!(err.var, var, "{var}={value:?}");
+            let kind_fits = match (&err.problem, value) {
+                (EnvProblem::Missing, None) => true,
+                (EnvProblem::UnknownCommand(c), v) => c == v.unwrap_or_default(),
+                (
+                    EnvProblem::BadName {
+                        key: None,
+                        value: got,
+                    },
+                    Some(v),
+                ) => got == v,
+                (EnvProblem::BadIfname { ifname, .. }, Some(v)) => ifname == v,
+                (EnvProblem::NotAbsolute(path), Some(v)) => path == v,
+                _ => false,
+            };
+            assert!(kind_fits, "{var}={value:?}: {err:?}");
+            // The message names the variable first; the code comes from the error module.
             assert!(err.to_string().starts_with(var), "{var}: {err}");
+            assert_eq!(
+                crate::error::Error::from(err).code(),
+                crate::error::code::INVALID_ENV
+            );
         }
     }
 

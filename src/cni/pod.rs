@@ -1,7 +1,6 @@
 //! Pod identity from CNI_ARGS, as Multus, CNI-Genie and podman send it.
 
-use crate::cni::valid_name;
-use crate::error::{Error, Result};
+use crate::cni::{BadEnv, EnvProblem, valid_name};
 
 /// The pod an invocation is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +28,7 @@ fn lookup<'a>(args: &'a str, key: &str) -> Option<&'a str> {
 
 /// The pod from CNI_ARGS. `K8S_POD_NAMESPACE` defaults to `default` because podman sends only
 /// `K8S_POD_NAME`; `None` when there is no pod name at all.
-pub fn from_args(args: &str) -> Result<Option<Pod>> {
+pub fn from_args(args: &str) -> Result<Option<Pod>, BadEnv> {
     let Some(name) = lookup(args, "K8S_POD_NAME") else {
         return Ok(None);
     };
@@ -37,11 +36,12 @@ pub fn from_args(args: &str) -> Result<Option<Pod>> {
     for (key, value) in [("K8S_POD_NAME", name), ("K8S_POD_NAMESPACE", namespace)] {
         // These become a directory name under config-dir: never a path.
         if !valid_name(value) {
-            return Err(Error::env(
+            return Err(BadEnv::new(
                 "CNI_ARGS",
-                format!(
-                    "{key}={value:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]* (at most 253 bytes)"
-                ),
+                EnvProblem::BadName {
+                    key: Some(key),
+                    value: value.to_string(),
+                },
             ));
         }
     }
@@ -111,8 +111,12 @@ mod tests {
             "K8S_POD_NAME=.x",
         ] {
             let err = from_args(args).unwrap_err();
-            assert_eq!(err.code(), code::INVALID_ENV, "{args}");
-            assert!(err.to_string().contains("CNI_ARGS"));
+            assert_eq!(err.var, "CNI_ARGS", "{args}");
+            assert!(
+                matches!(&err.problem, EnvProblem::BadName { key: Some(_), .. }),
+                "{args}: {err:?}"
+            );
+            assert_eq!(crate::error::Error::from(err).code(), code::INVALID_ENV);
         }
     }
 }

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use crate::cni::Env;
 use crate::cni::pod::Pod;
+use crate::cni::{BadEnv, Env, EnvProblem};
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
 use crate::ids::{ContainerId, IfName};
@@ -111,6 +111,13 @@ impl Call<'_> {
 
 /// The pod's network namespace (`CNI_NETNS`), opened once.
 pub(crate) fn open_netns(path: &str) -> Result<Netns> {
-    Netns::open(Path::new(path))
-        .map_err(|e| Error::env("CNI_NETNS", format!("cannot open {path}: {e}")))
+    Netns::open(Path::new(path)).map_err(|source| {
+        Error::Env(BadEnv::new(
+            "CNI_NETNS",
+            EnvProblem::Netns {
+                path: path.to_string(),
+                source,
+            },
+        ))
+    })
 }

@@ -2,7 +2,7 @@
 //! [`interface`]), the runtime's `prevResult` lists nothing it lacks, and the agent still has
 //! its port under this node's host interface with an IP configuration.
 
-use crate::agent::{Agent, Poll};
+use crate::agent::{Agent, Awaited, Poll};
 use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
 use crate::kernel::interface::{self, Mismatch};
@@ -61,7 +61,9 @@ pub fn check(call: &mut Call) -> Result<()> {
 fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
     let ip = agent
         .poll(
-            &format!("the IP configuration of VMI {}", r.vmi_uuid),
+            Awaited::IpConfig {
+                vmi: r.vmi_uuid.to_string(),
+            },
             |agent, t| agent.ip_config(&r.vm_uuid, &r.vmi_uuid, t).map(Poll::Ready),
         )?
         .ok_or_else(|| Mismatch::NotRegistered {

@@ -455,7 +455,8 @@ pub fn run(opts: &Options) -> Result<String> {
     let rows = rows(&conf)?;
     Ok(if opts.json {
         serde_json::to_string_pretty(&rows).map_err(|e| Error::Io {
-            what: "formatting the report as JSON".into(),
+            what: "formatting the report as JSON",
+            path: None,
             source: std::io::Error::other(e),
         })?
     } else {

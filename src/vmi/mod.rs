@@ -2,6 +2,7 @@
 //! a call sets up. Pure: the agent's answers decoded into typed data and checked, and decisions
 //! over plain data; no I/O.
 
+mod malformed;
 mod resolve;
 #[cfg(test)]
 mod tests;
@@ -16,8 +17,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::cni::check_ifname;
-use crate::error::Malformed;
 use crate::ids::{Invalid, VmUuid, VmiUuid, VnUuid};
+pub use malformed::Malformed;
 
 #[cfg(feature = "thick")]
 pub(crate) use resolve::for_pod;

@@ -2,7 +2,7 @@
 //! its state files record.
 
 #[cfg(feature = "thick")]
-use crate::error::Conflict;
+use crate::kernel::conflict::Conflict;
 
 use super::{Vmi, default_gw};
 use crate::ids::IfName;

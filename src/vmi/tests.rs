@@ -1,8 +1,8 @@
 use super::*;
-#[cfg(feature = "thick")]
-use crate::error::Conflict;
-use crate::error::Malformed;
 use crate::ids::{IfName, VmUuid, VmiUuid, VnUuid};
+#[cfg(feature = "thick")]
+use crate::kernel::conflict::Conflict;
+use crate::vmi::Malformed;
 use serde_json::json;
 
 fn ifname(s: &str) -> IfName {

@@ -183,15 +183,8 @@ pub(super) fn veth_end(end: &VethEnd) -> LinkMessage {
     m
 }
 
-/// The message for a route, and the operation's name for errors.
-pub(super) fn route_message(verb: &str, route: &Route) -> (String, RouteMessage) {
-    let via = route
-        .gateway
-        .map_or(String::new(), |gw| format!(" via {gw}"));
-    let dev = route
-        .oif
-        .map_or(String::new(), |oif| format!(" dev #{oif}"));
-    let op = format!("{verb} route {}{via}{dev}", route.dst);
+/// The message for a route.
+pub(super) fn route_message(route: &Route) -> RouteMessage {
     let mut m = RouteMessage::default();
     m.header.address_family = if route.dst.is_ipv6() {
         AddressFamily::Inet6
@@ -221,7 +214,7 @@ pub(super) fn route_message(verb: &str, route: &Route) -> (String, RouteMessage)
     if let Some(oif) = route.oif {
         m.attributes.push(RouteAttribute::Oif(oif));
     }
-    (op, m)
+    m
 }
 
 pub(super) fn route_address(ip: IpAddr) -> RouteAddress {

@@ -28,7 +28,7 @@ use netlink_packet_route::link::{
 use netlink_packet_route::route::{RouteHeader, RouteMessage, RouteType};
 use netlink_sys::{SocketAddr, protocols::NETLINK_ROUTE};
 
-pub use error::Error;
+pub use error::{Detail, Error, Op};
 
 use message::{Message, RECV_BUF, Reply, addr_from, route_from, route_message, veth_end};
 pub use netns::Netns;
@@ -91,30 +91,34 @@ pub struct Socket {
 impl Socket {
     /// A socket in the caller's (host) netns.
     pub fn host() -> Result<Socket, Error> {
-        Socket::new("host netns")
+        Socket::new(None)
     }
 
     /// A socket in `ns`, created inside it; the thread switches straight back.
     pub fn open(ns: &Netns) -> Result<Socket, Error> {
         let guard = NetnsGuard::enter(ns)?;
-        let socket = Socket::new(&format!("netns {}", ns.path.display()));
+        let socket = Socket::new(Some(&ns.path));
         guard.leave()?;
         socket
     }
 
-    fn new(netns: &str) -> Result<Socket, Error> {
-        let err = |e| Error::new(format!("open netlink socket in {netns}"), e);
+    fn new(netns: Option<&std::path::Path>) -> Result<Socket, Error> {
+        let op = || Op::OpenSocket {
+            netns: netns.map(std::path::Path::to_path_buf),
+        };
+        let err = |e| Error::new(op(), e);
+        let shown = || netns.map_or("host netns".into(), |p| format!("netns {}", p.display()));
         let mut socket = netlink_sys::Socket::new(NETLINK_ROUTE).map_err(err)?;
         socket.bind_auto().map_err(err)?;
         socket.connect(&SocketAddr::new(0, 0)).map_err(err)?;
         // Extended acks carry the kernel's reason for an error ("Nexthop has invalid gateway");
         // without them (kernels before 4.12) errors still work, only less precise.
         if let Err(e) = socket.set_ext_ack(true) {
-            log::debug!("netlink extended acks unavailable in {netns}: {e}");
+            log::debug!("netlink extended acks unavailable in {}: {e}", shown());
         }
         // Lets the kernel filter a dump (the addresses of one link) by the request's header.
         if let Err(e) = socket.set_netlink_get_strict_chk(true) {
-            log::debug!("netlink strict checking unavailable in {netns}: {e}");
+            log::debug!("netlink strict checking unavailable in {}: {e}", shown());
         }
         Ok(Socket {
             socket,
@@ -127,7 +131,7 @@ impl Socket {
     /// dump). An error reply is the request's error.
     fn request(
         &mut self,
-        op: &dyn Fn() -> String,
+        op: &dyn Fn() -> Op,
         message: Message,
         flags: u16,
     ) -> Result<Vec<Reply>, Error> {
@@ -151,7 +155,7 @@ impl Socket {
             let mut rest = &self.buf[..n];
             while !rest.is_empty() {
                 let reply = NetlinkMessage::<Reply>::deserialize(rest)
-                    .map_err(|e| Error::invalid(op(), e.to_string()))?;
+                    .map_err(|e| Error::invalid(op(), e))?;
                 let len = (reply.header.length as usize).next_multiple_of(4);
                 rest = rest.get(len..).unwrap_or_default();
                 // A late reply to an earlier request of this socket is not ours.
@@ -176,18 +180,13 @@ impl Socket {
     }
 
     /// A change the kernel acks, with `extra` flags (NLM_F_CREATE, ...).
-    fn change(
-        &mut self,
-        op: &dyn Fn() -> String,
-        message: Message,
-        extra: u16,
-    ) -> Result<(), Error> {
+    fn change(&mut self, op: &dyn Fn() -> Op, message: Message, extra: u16) -> Result<(), Error> {
         self.request(op, message, NLM_F_ACK | extra).map(drop)
     }
 
     /// Every link of this netns.
     pub fn links(&mut self) -> Result<Vec<Link>, Error> {
-        let op = || "list links".to_string();
+        let op = || Op::ListLinks;
         let replies = self.request(
             &op,
             Message::Link(libc::RTM_GETLINK, LinkMessage::default()),
@@ -206,7 +205,9 @@ impl Socket {
     pub fn link(&mut self, name: &str) -> Result<Option<Link>, Error> {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
-        let op = || format!("get link {name}");
+        let op = || Op::GetLink {
+            name: name.to_string(),
+        };
         match self.request(&op, Message::Link(libc::RTM_GETLINK, m), NLM_F_ACK) {
             Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
                 Reply::Link(l) => Some(l),
@@ -222,7 +223,10 @@ impl Socket {
     /// MTU), so the container side never exists under its name on the host, where it could
     /// clash with a host link.
     pub fn create_veth(&mut self, host: &VethEnd, peer: &VethEnd, ns: &Netns) -> Result<(), Error> {
-        let op = || format!("create veth {}/{}", host.name, peer.name);
+        let op = || Op::CreateVeth {
+            host: host.name.to_string(),
+            peer: peer.name.to_string(),
+        };
         for name in [host.name, peer.name] {
             check_name(&op, name)?;
         }
@@ -250,11 +254,10 @@ impl Socket {
 
     /// Creates a VLAN sub-interface, up, with its alias.
     pub fn create_vlan(&mut self, vlan: &VlanLink) -> Result<(), Error> {
-        let op = || {
-            format!(
-                "create VLAN {} (tag {}) on link #{}",
-                vlan.name, vlan.tag, vlan.parent
-            )
+        let op = || Op::CreateVlan {
+            name: vlan.name.to_string(),
+            tag: vlan.tag,
+            parent: vlan.parent,
         };
         check_name(&op, vlan.name)?;
         let mut m = LinkMessage::default();
@@ -280,14 +283,19 @@ impl Socket {
             .push(LinkAttribute::IfName(vlan.name.to_string()));
         m.attributes
             .push(LinkAttribute::IfAlias(vlan.alias.to_string()));
-        let op = || format!("set the alias of {}", vlan.name);
+        let op = || Op::SetAlias {
+            name: vlan.name.to_string(),
+        };
         self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
     /// Creates a macvlan (VEPA: everything goes out to the lower device, nothing is bridged
     /// here) on link `lower` of this socket's netns, directly inside `ns` as `end` (down).
     pub fn create_macvlan(&mut self, end: &VethEnd, lower: u32, ns: &Netns) -> Result<(), Error> {
-        let op = || format!("create macvlan {} on link #{lower}", end.name);
+        let op = || Op::CreateMacvlan {
+            name: end.name.to_string(),
+            lower,
+        };
         check_name(&op, end.name)?;
         let mut m = veth_end(end);
         m.attributes.push(LinkAttribute::Link(lower));
@@ -311,7 +319,9 @@ impl Socket {
     pub fn delete_link(&mut self, name: &str) -> Result<bool, Error> {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
-        let op = || format!("delete link {name}");
+        let op = || Op::DeleteLink {
+            name: name.to_string(),
+        };
         match self.change(&op, Message::Link(libc::RTM_DELLINK, m), 0) {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
@@ -354,7 +364,10 @@ impl Socket {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(name.to_string()));
         m.attributes.push(LinkAttribute::Group(group));
-        let op = || format!("put link {name} in group {group}");
+        let op = || Op::SetGroup {
+            name: name.to_string(),
+            group,
+        };
         self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
@@ -362,7 +375,7 @@ impl Socket {
     fn delete_group(&mut self, group: u32) -> Result<(), Error> {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::Group(group));
-        let op = || format!("delete the links of group {group}");
+        let op = || Op::DeleteGroup { group };
         match self.change(&op, Message::Link(libc::RTM_DELLINK, m), 0) {
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
@@ -371,7 +384,10 @@ impl Socket {
 
     /// Renames a link (down: the kernel refuses to rename one that is up).
     pub(crate) fn rename(&mut self, index: u32, name: &str) -> Result<(), Error> {
-        let op = || format!("rename link #{index} to {name}");
+        let op = || Op::Rename {
+            index,
+            name: name.to_string(),
+        };
         check_name(&op, name)?;
         let mut m = LinkMessage::default();
         m.header.index = index;
@@ -384,7 +400,7 @@ impl Socket {
         m.header.index = index;
         m.header.flags = LinkFlags::Up;
         m.header.change_mask = LinkFlags::Up;
-        let op = || format!("set link #{index} up");
+        let op = || Op::SetUp { index };
         self.change(&op, Message::Link(libc::RTM_SETLINK, m), 0)
     }
 
@@ -413,7 +429,7 @@ impl Socket {
                 m.attributes.push(AddressAttribute::Local(ip.into()));
             }
         }
-        let op = || format!("add address {addr} to link #{index}");
+        let op = || Op::AddAddr { addr, index };
         self.change(
             &op,
             Message::Address(libc::RTM_NEWADDR, m),
@@ -424,7 +440,7 @@ impl Socket {
     pub fn addrs(&mut self, index: u32) -> Result<Vec<IpNetwork>, Error> {
         let mut m = AddressMessage::default();
         m.header.index = index;
-        let op = || format!("list addresses of link #{index}");
+        let op = || Op::ListAddrs { index };
         let replies = self.request(&op, Message::Address(libc::RTM_GETADDR, m), NLM_F_DUMP)?;
         replies
             .iter()
@@ -434,26 +450,30 @@ impl Socket {
                 _ => None,
             })
             .collect::<Result<_, _>>()
-            .map_err(|e| Error::invalid(op(), e.to_string()))
+            .map_err(|e| Error::invalid(op(), e))
     }
 
     /// Route with gateway, or on-link (scope link, no gateway) when gateway is None. Main
     /// table. Fails with EEXIST when the destination has a route already, on any interface.
     pub fn add_route(&mut self, route: &Route) -> Result<(), Error> {
-        self.new_route("add", route, NLM_F_EXCL)
+        self.new_route(false, route, NLM_F_EXCL)
     }
 
     /// Like [`Socket::add_route`], but a route to the same destination on another interface
     /// is kept beside this one (`NLM_F_APPEND`, as the kernel adds connected routes); only the
     /// same route twice is EEXIST.
     pub(crate) fn append_route(&mut self, route: &Route) -> Result<(), Error> {
-        self.new_route("append", route, NLM_F_APPEND)
+        self.new_route(true, route, NLM_F_APPEND)
     }
 
-    fn new_route(&mut self, verb: &str, route: &Route, how: u16) -> Result<(), Error> {
-        let (op, message) = route_message(verb, route);
+    fn new_route(&mut self, append: bool, route: &Route, how: u16) -> Result<(), Error> {
+        let op = || Op::NewRoute {
+            append,
+            route: route.clone(),
+        };
+        let message = route_message(route);
         self.change(
-            &|| op.clone(),
+            &op,
             Message::Route(libc::RTM_NEWROUTE, message),
             NLM_F_CREATE | how,
         )
@@ -468,7 +488,7 @@ impl Socket {
         } else {
             AddressFamily::Inet
         };
-        let op = || format!("list IPv{} routes", if v6 { 6 } else { 4 });
+        let op = || Op::ListRoutes { v6 };
         let replies = self.request(&op, Message::Route(libc::RTM_GETROUTE, m), NLM_F_DUMP)?;
         replies
             .iter()
@@ -501,13 +521,15 @@ fn private_group() -> u32 {
 /// Refuses a name the kernel would refuse with the same bare EINVAL as a bad MTU, so that the
 /// two can be told apart: the plugin's one interface-name rule, which the kernel's
 /// `dev_valid_name()` never refuses less than.
-fn check_name(op: &dyn Fn() -> String, name: &str) -> Result<(), Error> {
+fn check_name(op: &dyn Fn() -> Op, name: &str) -> Result<(), Error> {
     if crate::ids::check_ifname(name).is_ok() {
         return Ok(());
     }
     Err(Error {
         op: op(),
-        detail: Some(format!("invalid interface name {name:?}")),
+        detail: Some(Detail::InvalidName {
+            name: name.to_string(),
+        }),
         source: io::Error::from_raw_os_error(libc::EINVAL),
     })
 }

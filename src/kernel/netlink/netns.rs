@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use nix::sched::{CloneFlags, setns};
 
 use super::Error;
+use super::error::{HOME, Op};
 
 /// An opened network namespace (the `CNI_NETNS` path).
 ///
@@ -99,12 +100,11 @@ pub(super) struct NetnsGuard {
 
 impl NetnsGuard {
     pub(super) fn enter(ns: &Netns) -> Result<NetnsGuard, Error> {
-        // thread-self, not self: setns moves only this thread, and /proc/self/ns/net names the
-        // main thread's netns.
-        const HOME: &str = "/proc/thread-self/ns/net";
-        let home = File::open(HOME).map_err(|e| Error::new(format!("open {HOME}"), e))?;
-        setns(&ns.file, CloneFlags::CLONE_NEWNET)
-            .map_err(|e| Error::new(format!("enter netns {}", ns.path.display()), e.into()))?;
+        let home = File::open(HOME).map_err(|e| Error::new(Op::OpenHome, e))?;
+        setns(&ns.file, CloneFlags::CLONE_NEWNET).map_err(|e| {
+            let path = ns.path.clone();
+            Error::new(Op::EnterNetns { path }, e.into())
+        })?;
         Ok(NetnsGuard { home: Some(home) })
     }
 
@@ -125,6 +125,5 @@ impl Drop for NetnsGuard {
 }
 
 pub(super) fn switch_back(home: &File) -> Result<(), Error> {
-    setns(home, CloneFlags::CLONE_NEWNET)
-        .map_err(|e| Error::new("switch back to the original netns", e.into()))
+    setns(home, CloneFlags::CLONE_NEWNET).map_err(|e| Error::new(Op::SwitchBack, e.into()))
 }

@@ -89,24 +89,23 @@ fn private_groups_are_high_and_within_what_ip_shows() {
 
 #[test]
 fn route_messages_mask_host_bits_and_scope_on_link_routes() {
-    let (op, m) = route_message(
-        "append",
-        &Route {
-            dst: "fd00::1/128".parse().unwrap(),
-            gateway: None,
-            oif: Some(4),
-        },
-    );
-    assert_eq!(op, "append route fd00::1/128 dev #4");
+    let on_link = Route {
+        dst: "fd00::1/128".parse().unwrap(),
+        gateway: None,
+        oif: Some(4),
+    };
+    let m = route_message(&on_link);
     assert_eq!(m.header.scope, RouteScope::Link);
-    let (_, m) = route_message(
-        "add",
-        &Route {
-            dst: "10.1.2.3/24".parse().unwrap(),
-            gateway: Some("10.1.2.1".parse().unwrap()),
-            oif: None,
-        },
-    );
+    let op = Op::NewRoute {
+        append: true,
+        route: on_link,
+    };
+    assert_eq!(op.to_string(), "append route fd00::1/128 dev #4");
+    let m = route_message(&Route {
+        dst: "10.1.2.3/24".parse().unwrap(),
+        gateway: Some("10.1.2.1".parse().unwrap()),
+        oif: None,
+    });
     assert!(
         m.attributes
             .contains(&RouteAttribute::Destination(RouteAddress::Inet(
@@ -114,4 +113,53 @@ fn route_messages_mask_host_bits_and_scope_on_link_routes() {
             )))
     );
     assert_eq!(m.header.scope, RouteScope::Universe);
+}
+
+#[test]
+fn errors_keep_the_operation_its_object_and_the_errno() {
+    let e = check_name(
+        &|| Op::Rename {
+            index: 3,
+            name: "a/b".into(),
+        },
+        "a/b",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.op(),
+        &Op::Rename {
+            index: 3,
+            name: "a/b".into()
+        }
+    );
+    assert_eq!(
+        e.detail(),
+        Some(&Detail::InvalidName { name: "a/b".into() })
+    );
+    assert_eq!(e.errno(), Some(libc::EINVAL));
+    assert!(
+        e.to_string()
+            .starts_with("rename link #3 to a/b: invalid interface name \"a/b\": "),
+        "{e}"
+    );
+    let mtu = Error::new(
+        Op::CreateVeth {
+            host: "veth1".into(),
+            peer: "eth0".into(),
+        },
+        io::Error::from_raw_os_error(libc::EINVAL),
+    )
+    .mtu_detail(9000, 1500);
+    assert_eq!(
+        mtu.detail(),
+        Some(&Detail::Mtu {
+            mtu: 9000,
+            other: 1500
+        })
+    );
+    assert!(
+        mtu.to_string()
+            .starts_with("create veth veth1/eth0: MTU 9000/1500 rejected: "),
+        "{mtu}"
+    );
 }
