@@ -253,11 +253,6 @@ pub type Result<T> = std::result::Result<T, Error>;
 const MAX_MSG: usize = 2048;
 
 impl Error {
-    /// A CNI_* variable with a problem said in words; the typed ones are [`EnvProblem`]'s.
-    pub fn env(var: &str, why: impl fmt::Display) -> Error {
-        Error::Env(BadEnv::new(var, EnvProblem::Other(why.to_string())))
-    }
-
     pub fn config(key: impl fmt::Display, why: impl fmt::Display) -> Error {
         Error::Config {
             key: key.to_string(),

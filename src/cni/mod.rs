@@ -44,8 +44,6 @@ pub enum EnvProblem {
     Netns { path: String, source: io::Error },
     /// CNI_ARGS without the pod's name, which ADD needs.
     NoPodName,
-    /// Said by a caller in its own words.
-    Other(String),
 }
 
 impl BadEnv {
@@ -90,7 +88,6 @@ impl fmt::Display for EnvProblem {
             EnvProblem::NoPodName => {
                 f.write_str("K8S_POD_NAME is missing; ADD needs the pod's name")
             }
-            EnvProblem::Other(why) => f.write_str(why),
         }
     }
 }

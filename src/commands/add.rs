@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::agent::Agent;
 use crate::cni::pod::Pod;
-use crate::cni::{Env, Outcome};
+use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
 use crate::commands::call::{Call, open_netns};
 use crate::config::{Mode, NetConf};
 use crate::error::{Conflict, During, Error, Malformed, Result};
@@ -27,12 +27,9 @@ use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
 /// ADD: sets up the call's attachments and returns the result of the first (thick mode's
 /// runtime knows no other).
 pub fn add(call: &mut Call) -> Result<Outcome> {
-    let pod = call.pod.ok_or_else(|| {
-        Error::env(
-            "CNI_ARGS",
-            "K8S_POD_NAME is missing; ADD needs the pod's name",
-        )
-    })?;
+    let pod = call
+        .pod
+        .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodName))?;
     warn_about_requests(call.conf, call.env);
     let netns = open_netns(&call.env.netns)?;
     let contrail = &call.conf.contrail;
@@ -385,7 +382,15 @@ fn record(
         time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
         container_id: container_id.clone(),
         vm_uuid: vmi.vm_uuid.clone(),
-        vm_name: VmName::parse(vm_name).map_err(|e| Error::env("CNI_ARGS", e.rule))?,
+        vm_name: VmName::parse(vm_name).map_err(|_| {
+            BadEnv::new(
+                "CNI_ARGS",
+                EnvProblem::BadName {
+                    key: Some("K8S_POD_NAMESPACE and K8S_POD_NAME"),
+                    value: vm_name.to_string(),
+                },
+            )
+        })?,
         host_ifname: IfName::parse(host_ifname).map_err(|_| Error::Internal)?,
         ifname: w.ifname.clone(),
         netns: env.netns.clone(),
