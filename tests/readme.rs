@@ -1,7 +1,7 @@
 //! The README's tables that operators act on follow the code: which keys a network's config may
 //! set, and the trust table, name every key as `config::KEYS` scopes it.
 
-use contrail_k8s_cni::config::{KEYS, Scope};
+use contrail_k8s_cni::config::{KEYS, KeySpec, Scope};
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
@@ -33,13 +33,7 @@ fn the_configuration_table_says_who_sets_each_key() {
         rows.iter().map(|r| (r[0].clone(), r[2].clone())).collect();
     let code: Vec<(String, String)> = KEYS
         .iter()
-        .map(|(k, scope)| {
-            let by = match scope {
-                Scope::Node => "node",
-                Scope::Network => "network",
-            };
-            (k.to_string(), by.to_string())
-        })
+        .map(|k| (k.name.to_string(), k.scope.as_str().to_string()))
         .collect();
     assert_eq!(documented, code);
 }
@@ -48,7 +42,10 @@ fn the_configuration_table_says_who_sets_each_key() {
 fn the_trust_table_covers_every_key_and_input() {
     let rows = table(&readme(), "## Security");
     let inputs: String = rows.iter().map(|r| format!("{} ", r[0])).collect();
-    for (key, scope) in KEYS {
+    for &KeySpec {
+        name: key, scope, ..
+    } in KEYS
+    {
         assert!(inputs.contains(key), "{key} is not in the trust table");
         let row = rows.iter().find(|r| r[0].contains(key)).unwrap();
         let node_only = row[1] == "node only";

@@ -127,8 +127,8 @@ fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
 fn stdin_may_repeat_node_keys_with_the_nodes_value_and_no_other() {
     let node_keys: Vec<&str> = KEYS
         .iter()
-        .filter(|(_, s)| *s == Scope::Node)
-        .map(|(k, _)| *k)
+        .filter(|k| k.scope == Scope::Node)
+        .map(|k| k.name)
         .collect();
     let cases = node_values();
     assert_eq!(
@@ -284,7 +284,7 @@ fn invalid_values_name_their_key_and_source_with_code_7() {
         // On stdin, a node-scoped key is refused whatever its value; the network's own keys
         // are checked.
         let stdin = json!({"cniVersion": "1.0.0", "contrail": {key: value}});
-        match KEYS.iter().find(|(k, _)| *k == key).unwrap().1 {
+        match spec(key).unwrap().scope {
             Scope::Node => assert_eq!(over(json!({}), stdin).unwrap().refused, [key]),
             Scope::Network => {
                 let msg = over(json!({}), stdin).unwrap_err().to_string();
