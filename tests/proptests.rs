@@ -171,7 +171,7 @@ fn json_leaf() -> BoxedStrategy<Value> {
     .boxed()
 }
 
-/// Object keys: mostly ones some parser looks for (these and [`CONTRAIL_KEYS`]), so that random
+/// Object keys: mostly ones some parser looks for (these and [`contrail_keys`]), so that random
 /// documents reach deep code.
 const KEYS: &[&str] = &[
     "cniVersion",
@@ -201,7 +201,7 @@ const KEYS: &[&str] = &[
 fn json_key() -> BoxedStrategy<String> {
     prop_oneof![
         2 => select(KEYS).prop_map(String::from),
-        1 => select(CONTRAIL_KEYS).prop_map(String::from),
+        1 => select(contrail_keys()).prop_map(String::from),
         1 => tricky_string(),
     ]
     .boxed()
@@ -315,22 +315,17 @@ fn check_netconf(r: &contrail_k8s_cni::Result<NetConf>) -> Result<(), TestCaseEr
     Ok(())
 }
 
-const CONTRAIL_KEYS: &[&str] = &[
-    "vrouter-ip",
-    "vrouter-port",
-    "config-dir",
-    "poll-timeout",
-    "poll-retries",
-    "cluster-name",
-    "mtu",
-    "log-file",
-    "log-level",
-    "mode",
-    "vif-type",
-    "meta-plugin",
-    "parent-interface",
-    "unknown-key",
-];
+/// The `contrail` section's keys, as the table has them, and one it does not know.
+fn contrail_keys() -> Vec<&'static str> {
+    let mut keys: Vec<&str> = config::KEYS.iter().map(|k| k.name).collect();
+    keys.push("unknown-key");
+    keys
+}
+
+/// The table's entry for `key`.
+fn spec(key: &str) -> &'static config::KeySpec {
+    config::spec(key).unwrap_or_else(|| panic!("{key} is not in config::KEYS"))
+}
 
 fn num_or_string(n: impl Into<Number>) -> BoxedStrategy<Value> {
     let n: Number = n.into();
@@ -348,31 +343,35 @@ fn abs_path() -> BoxedStrategy<String> {
         .boxed()
 }
 
-/// The modes this build accepts.
-const MODES: &[&str] = if cfg!(feature = "thick") {
-    &["plugin", "k8s", "thick"]
-} else {
-    &["plugin", "k8s"]
-};
-
-/// A value the key accepts.
+/// A value the key accepts, from its kind in the table (any string for a key it does not know).
 fn valid_field(key: &'static str) -> BoxedStrategy<Value> {
     match key {
-        "vrouter-ip" => any::<IpAddr>().prop_map(|a| json!(a.to_string())).boxed(),
-        "vrouter-port" => (1u32..=65535).prop_flat_map(num_or_string).boxed(),
-        "config-dir" => abs_path().prop_map(Value::String).boxed(),
-        "log-file" => prop_oneof![Just(json!("")), abs_path().prop_map(Value::String)].boxed(),
-        // Within the budget's ceiling (300 s) whatever the other key says.
-        "poll-timeout" => (10u32..=15_000)
-            .prop_flat_map(|ms| {
-                let f = f64::from(ms) / 1000.0;
-                prop_oneof![Just(json!(f)), Just(json!(f.to_string()))]
-            })
+        // The budget keys within the budget's ceiling (300 s) whatever the other key says.
+        "poll-timeout" => {
+            return (10u32..=15_000)
+                .prop_flat_map(|ms| {
+                    let f = f64::from(ms) / 1000.0;
+                    prop_oneof![Just(json!(f)), Just(json!(f.to_string()))]
+                })
+                .boxed();
+        }
+        "poll-retries" => return (1u32..=5).prop_flat_map(num_or_string).boxed(),
+        "unknown-key" => return tricky_string().prop_map(Value::String).boxed(),
+        _ => {}
+    }
+    match spec(key).kind {
+        config::Kind::Ip => any::<IpAddr>().prop_map(|a| json!(a.to_string())).boxed(),
+        config::Kind::Integer { min, max } => (min..=max).prop_flat_map(num_or_string).boxed(),
+        config::Kind::Seconds { min, max } => ((min * 1000.0) as u32..=(max * 1000.0) as u32)
+            .prop_map(|ms| json!(f64::from(ms) / 1000.0))
             .boxed(),
-        "poll-retries" => (1u32..=5).prop_flat_map(num_or_string).boxed(),
-        "cluster-name" => name().prop_map(Value::String).boxed(),
-        "mtu" => (68u32..=65535).prop_flat_map(num_or_string).boxed(),
-        "log-level" => prop_oneof![
+        config::Kind::Path { optional: false } => abs_path().prop_map(Value::String).boxed(),
+        config::Kind::Path { optional: true } => {
+            prop_oneof![Just(json!("")), abs_path().prop_map(Value::String)].boxed()
+        }
+        config::Kind::Name => name().prop_map(Value::String).boxed(),
+        config::Kind::Interface => "[a-z][a-z0-9_.-]{0,14}".prop_map(Value::String).boxed(),
+        config::Kind::Level => prop_oneof![
             (0u32..=6).prop_map(|n| json!(n)),
             select(
                 &[
@@ -383,16 +382,15 @@ fn valid_field(key: &'static str) -> BoxedStrategy<Value> {
             .prop_map(|s| json!(s)),
         ]
         .boxed(),
-        "mode" => select(MODES).prop_map(|s| json!(s)).boxed(),
-        "vif-type" => Just(json!("veth")).boxed(),
-        _ => tricky_string().prop_map(Value::String).boxed(),
+        config::Kind::Choice(words) => select(words).prop_map(|s| json!(s)).boxed(),
+        config::Kind::Ignored => tricky_string().prop_map(Value::String).boxed(),
     }
 }
 
 /// A `contrail` section: known keys with valid or random values of random types, or sometimes
 /// not an object at all.
 fn contrail_section() -> BoxedStrategy<Value> {
-    let entry = select(CONTRAIL_KEYS).prop_flat_map(|k| {
+    let entry = select(contrail_keys()).prop_flat_map(|k| {
         (
             Just(k.to_string()),
             prop_oneof![2 => valid_field(k), 1 => any_field()],
@@ -554,10 +552,12 @@ proptest! {
     }
 }
 
-/// A fully valid `contrail` section and what each key must read back as (no metrics-file or
-/// log-file inside config-dir: the node refuses those, see `config_node_files_stay_out`).
+/// A fully valid `contrail` section: some of the table's keys, each with a valid value (a
+/// metrics-file or log-file may be inside config-dir: the node refuses those).
 fn valid_section() -> BoxedStrategy<Vec<(String, Value)>> {
-    proptest::sample::subsequence(CONTRAIL_KEYS[..11].to_vec(), 0..=11)
+    let keys: Vec<&str> = config::KEYS.iter().map(|k| k.name).collect();
+    let n = keys.len();
+    proptest::sample::subsequence(keys, 0..=n)
         .prop_flat_map(|keys| {
             keys.into_iter()
                 .map(|k| valid_field(k).prop_map(move |v| (k.to_string(), v)))
@@ -590,16 +590,16 @@ proptest! {
     ) {
         let stdin = json!({"cniVersion": version, "name": net, "contrail": object(section.clone())});
         let node_value = json!({"contrail": object(node_section.clone())});
+        let nodes_value = |key: &str| node_section.iter().find(|(k, _)| k == key).map_or(spec(key).default, |(_, v)| v.as_str().unwrap());
         let inside = |key: &str| {
-            let dir = node_section.iter().find(|(k, _)| k == "config-dir").map_or("/var/lib/contrail/ports/vm", |(_, v)| v.as_str().unwrap());
-            let file = node_section.iter().find(|(k, _)| k == key).map_or(if key == "log-file" { "/var/log/contrail/cni/opencontrail.log" } else { "" }, |(_, v)| v.as_str().unwrap());
-            !file.is_empty() && Path::new(file).starts_with(dir)
+            let file = nodes_value(key);
+            !file.is_empty() && Path::new(file).starts_with(nodes_value("config-dir"))
         };
         let c = parse_conf(stdin.to_string().as_bytes(), &Some(node_value.clone()));
         check_netconf(&c)?;
         let c = match c {
             Ok(c) => c,
-            Err(e) if inside("log-file") && e.to_string().contains("inside config-dir") => return Ok(()),
+            Err(e) if (inside("log-file") || inside("metrics-file")) && e.to_string().contains("inside config-dir") => return Ok(()),
             Err(e) => return Err(TestCaseError::fail(format!("refused: {e}"))),
         };
         prop_assert_eq!(c.cni_version.as_str(), version);
@@ -612,27 +612,38 @@ proptest! {
             check_read_back(&nodes, key, v)?;
         }
         for (key, v) in &section {
-            if key == "mtu" {
-                check_read_back(k, key, v)?;
-                continue;
+            match spec(key).scope {
+                config::Scope::Network => {
+                    prop_assert!(!c.refused.contains(&key.as_str()), "{}={}", key, v);
+                    check_read_back(k, key, v)?;
+                }
+                // Refused exactly when its value reads as another than the node's.
+                config::Scope::Node => {
+                    let differs = check_read_back(&nodes, key, v).is_err();
+                    prop_assert_eq!(c.refused.contains(&key.as_str()), differs, "{}={}", key, v);
+                }
             }
-            // Refused exactly when its value reads as another than the node's.
-            let differs = check_read_back(&nodes, key, v).is_err();
-            prop_assert_eq!(c.refused.contains(&key.as_str()), differs, "{}={}", key, v);
         }
     }
 }
 
-/// Whether `k` reads `key` as `v` says.
+/// Whether `k` reads `key` as `v` says. Every key of the table has its model here.
 fn check_read_back(k: &config::Contrail, key: &str, v: &Value) -> Result<(), TestCaseError> {
+    let path = |p: &Option<std::path::PathBuf>| p.as_deref().unwrap_or(Path::new("")).to_owned();
     match key {
         "vrouter-ip" => prop_assert_eq!(k.vrouter_ip.to_string(), v.as_str().unwrap()),
         "vrouter-port" => prop_assert_eq!(f64::from(k.vrouter_port), number_of(v)),
+        "agent-requests-per-second" => prop_assert_eq!(f64::from(k.agent_rate), number_of(v)),
         "config-dir" => prop_assert_eq!(k.config_dir.as_path(), Path::new(v.as_str().unwrap())),
-        "log-file" => prop_assert_eq!(
-            k.log_file.as_deref().unwrap_or(Path::new("")),
-            Path::new(v.as_str().unwrap())
+        "log-file" => prop_assert_eq!(path(&k.log_file), Path::new(v.as_str().unwrap())),
+        "metrics-file" => prop_assert_eq!(path(&k.metrics_file), Path::new(v.as_str().unwrap())),
+        "vif-type" => prop_assert_eq!(
+            format!("{:?}", k.vif_type).to_lowercase(),
+            v.as_str().unwrap()
         ),
+        "parent-interface" => prop_assert_eq!(&k.parent_interface, v.as_str().unwrap()),
+        // Accepted and ignored.
+        "meta-plugin" => {}
         "poll-timeout" => {
             let want = Duration::from_secs_f64(number_of(v));
             prop_assert!(k.poll_timeout.abs_diff(want) < Duration::from_micros(1));
@@ -662,7 +673,7 @@ fn check_read_back(k: &config::Contrail, key: &str, v: &Value) -> Result<(), Tes
             };
             prop_assert_eq!(k.log_level.to_string(), want);
         }
-        _ => {}
+        other => panic!("{other} has no model in check_read_back"),
     }
     Ok(())
 }

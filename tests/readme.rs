@@ -2,7 +2,7 @@
 //! config may set (`docs/configuration.md`), and the trust table (`docs/security.md`), name every
 //! key as `config::KEYS` scopes it.
 
-use contrail_k8s_cni::config::{KEYS, Scope};
+use contrail_k8s_cni::config::{KEYS, KeySpec, Scope};
 
 /// The manual's pages that hold the tables, one after the other.
 fn readme() -> String {
@@ -40,13 +40,7 @@ fn the_configuration_table_says_who_sets_each_key() {
         rows.iter().map(|r| (r[0].clone(), r[2].clone())).collect();
     let code: Vec<(String, String)> = KEYS
         .iter()
-        .map(|(k, scope)| {
-            let by = match scope {
-                Scope::Node => "node",
-                Scope::Network => "network",
-            };
-            (k.to_string(), by.to_string())
-        })
+        .map(|k| (k.name.to_string(), k.scope.as_str().to_string()))
         .collect();
     assert_eq!(documented, code);
 }
@@ -55,7 +49,10 @@ fn the_configuration_table_says_who_sets_each_key() {
 fn the_trust_table_covers_every_key_and_input() {
     let rows = table(&readme(), "## Security");
     let inputs: String = rows.iter().map(|r| format!("{} ", r[0])).collect();
-    for (key, scope) in KEYS {
+    for &KeySpec {
+        name: key, scope, ..
+    } in KEYS
+    {
         assert!(inputs.contains(key), "{key} is not in the trust table");
         let row = rows.iter().find(|r| r[0].contains(key)).unwrap();
         let node_only = row[1] == "node only";

@@ -6,17 +6,16 @@
 //! Stdin may repeat such a key with the node's value (Multus's delegate configs and existing
 //! NADs do); any other value is reported in [`NetConf::refused`] and refused by the call.
 //!
-//! [`parse`] is pure: the sources decoded by serde into typed settings (so that an error names
-//! the key and its source), merged and validated. [`load`] reads the node-wide file first.
+//! [`parse`] is pure: each source's `contrail` section read by walking [`KEYS`] (so that an
+//! error names the key and its source), validated, and merged over the node's settings.
+//! [`load_node`] reads the node-wide file first.
 
-use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use log::LevelFilter;
 use serde::Deserialize;
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
 use crate::cni::{Version, valid_name};
@@ -44,34 +43,8 @@ pub const MIN_AGENT_RATE: u32 = 10;
 /// The node-wide file is a few hundred bytes; anything larger is not one.
 const MAX_NODE_FILE: u64 = 1 << 20;
 
-/// Who may set a key of the `contrail` section.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// The node-wide file only: it names a node file, an address, an interface or a budget.
-    Node,
-    /// The network's config too: it changes nothing beyond the pod's own interface.
-    Network,
-}
-
-/// Every key of the `contrail` section and who may set it (the README's tables follow this).
-pub const KEYS: [(&str, Scope); 15] = [
-    ("vrouter-ip", Scope::Node),
-    ("vrouter-port", Scope::Node),
-    ("agent-requests-per-second", Scope::Node),
-    ("config-dir", Scope::Node),
-    ("poll-timeout", Scope::Node),
-    ("poll-retries", Scope::Node),
-    ("cluster-name", Scope::Node),
-    ("log-file", Scope::Node),
-    ("log-level", Scope::Node),
-    ("mode", Scope::Node),
-    ("metrics-file", Scope::Node),
-    ("vif-type", Scope::Node),
-    ("parent-interface", Scope::Node),
-    ("mtu", Scope::Network),
-    // A legacy key with no effect here: meta-plugin detection is not needed.
-    ("meta-plugin", Scope::Network),
-];
+mod keys;
+pub use keys::{KEYS, KeySpec, Kind, Scope, help, spec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -115,7 +88,7 @@ impl Contrail {
     }
 }
 
-/// The built-in defaults: the legacy plugin's.
+/// The built-in defaults: the legacy plugin's, as [`KEYS`] shows them (a unit test checks).
 impl Default for Contrail {
     fn default() -> Contrail {
         Contrail {
@@ -138,58 +111,12 @@ impl Default for Contrail {
 }
 
 impl Contrail {
-    /// These settings with every key `s` sets.
-    fn with(mut self, s: Settings) -> Contrail {
-        macro_rules! take {
-            ($($field:ident),*) => { $(if let Some(v) = s.$field { self.$field = v; })* };
-        }
-        take!(
-            vrouter_ip,
-            vrouter_port,
-            agent_rate,
-            config_dir,
-            poll_timeout,
-            poll_retries,
-            cluster_name,
-            mtu,
-            log_file,
-            log_level,
-            mode,
-            metrics_file,
-            vif_type,
-            parent_interface
-        );
-        self
-    }
-
-    /// The node-scoped keys `s` sets to something else than these settings have.
-    fn differing(&self, s: &Settings) -> Vec<&'static str> {
-        fn differs<T: PartialEq>(theirs: &Option<T>, ours: &T) -> bool {
-            theirs.as_ref().is_some_and(|t| t != ours)
-        }
-        let keys = [
-            ("vrouter-ip", differs(&s.vrouter_ip, &self.vrouter_ip)),
-            ("vrouter-port", differs(&s.vrouter_port, &self.vrouter_port)),
-            (
-                "agent-requests-per-second",
-                differs(&s.agent_rate, &self.agent_rate),
-            ),
-            ("config-dir", differs(&s.config_dir, &self.config_dir)),
-            ("poll-timeout", differs(&s.poll_timeout, &self.poll_timeout)),
-            ("poll-retries", differs(&s.poll_retries, &self.poll_retries)),
-            ("cluster-name", differs(&s.cluster_name, &self.cluster_name)),
-            ("log-file", differs(&s.log_file, &self.log_file)),
-            ("log-level", differs(&s.log_level, &self.log_level)),
-            ("mode", differs(&s.mode, &self.mode)),
-            ("metrics-file", differs(&s.metrics_file, &self.metrics_file)),
-            ("vif-type", differs(&s.vif_type, &self.vif_type)),
-            (
-                "parent-interface",
-                differs(&s.parent_interface, &self.parent_interface),
-            ),
-        ];
-        keys.into_iter()
-            .filter_map(|(key, differs)| differs.then_some(key))
+    /// The node-scoped keys on which `other` differs from these settings: every one of
+    /// [`KEYS`], so that none can be taken from stdin by omission.
+    fn differing(&self, other: &Contrail) -> Vec<&'static str> {
+        KEYS.iter()
+            .filter(|k| k.scope == Scope::Node && !k.same(self, other))
+            .map(|k| k.name)
             .collect()
     }
 
@@ -324,248 +251,26 @@ struct Stdin {
     contrail: Option<Map<String, Value>>,
 }
 
-/// A scalar as legacy configs write it: `9091` or `"9091"`, `4` or `"info"`. Kept as text;
-/// a numeric key reads it as a number when it is validated.
-#[derive(Debug, Clone, PartialEq)]
-struct Scalar(String);
-
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Scalar, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number or a string")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Scalar, E> {
-                Ok(Scalar(v.to_string()))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Scalar, E> {
-                Ok(Scalar(s.to_string()))
-            }
-        }
-        d.deserialize_any(V)
+/// The log line about a source's keys this plugin does not know, if there are any: one line,
+/// however many, each key escaped and cut short (they come from whoever wrote the source).
+fn unknown_warning(unknown: &[String], source: &str) -> Option<String> {
+    const SHOWN: usize = 5;
+    if unknown.is_empty() {
+        return None;
     }
-}
-
-/// The `contrail` section of one source, as written. `null` counts as absent.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct Raw {
-    vrouter_ip: Option<String>,
-    vrouter_port: Option<Scalar>,
-    agent_requests_per_second: Option<Scalar>,
-    config_dir: Option<String>,
-    poll_timeout: Option<Scalar>,
-    poll_retries: Option<Scalar>,
-    cluster_name: Option<String>,
-    mtu: Option<Scalar>,
-    log_file: Option<String>,
-    log_level: Option<Scalar>,
-    mode: Option<String>,
-    metrics_file: Option<String>,
-    vif_type: Option<String>,
-    parent_interface: Option<String>,
-    #[serde(rename = "meta-plugin")]
-    _meta_plugin: Option<String>,
-    #[serde(flatten)]
-    unknown: serde_json::Map<String, Value>,
-}
-
-/// The keys one source sets, typed and validated.
-#[derive(Debug, Default)]
-struct Settings {
-    vrouter_ip: Option<IpAddr>,
-    vrouter_port: Option<u16>,
-    agent_rate: Option<u32>,
-    config_dir: Option<PathBuf>,
-    poll_timeout: Option<Duration>,
-    poll_retries: Option<u32>,
-    cluster_name: Option<String>,
-    mtu: Option<u32>,
-    log_file: Option<Option<PathBuf>>,
-    log_level: Option<LevelFilter>,
-    mode: Option<Mode>,
-    metrics_file: Option<Option<PathBuf>>,
-    vif_type: Option<VifType>,
-    parent_interface: Option<String>,
-    unknown: Vec<String>,
-}
-
-impl Settings {
-    /// Decodes and validates the `contrail` section of `source`; errors name the key and source.
-    fn read(section: Value, source: &str) -> Result<Settings> {
-        let raw: Raw = decode(section, "contrail", source)?;
-        let key = |k: &'static str| Key { key: k, source };
-        let path = |k: &'static str, v: Option<String>, empty: bool| {
-            v.map(|v| key(k).path(&v, empty)).transpose()
-        };
-        let mut unknown: Vec<String> = raw.unknown.into_iter().map(|(k, _)| k).collect();
-        unknown.sort();
-        Ok(Settings {
-            vrouter_ip: raw
-                .vrouter_ip
-                .map(|v| {
-                    v.parse()
-                        .map_err(|_| key("vrouter-ip").err(format!("{v:?} is not an IP address")))
-                })
-                .transpose()?,
-            vrouter_port: raw
-                .vrouter_port
-                .map(|v| key("vrouter-port").integer(&v, 1, 65535).map(|p| p as u16))
-                .transpose()?,
-            agent_rate: raw
-                .agent_requests_per_second
-                .map(|v| {
-                    key("agent-requests-per-second").integer(&v, MIN_AGENT_RATE, MAX_AGENT_RATE)
-                })
-                .transpose()?,
-            config_dir: path("config-dir", raw.config_dir, false)?.flatten(),
-            poll_timeout: raw
-                .poll_timeout
-                .map(|v| key("poll-timeout").number(&v, 0.01, 60.0))
-                .transpose()?
-                .map(Duration::from_secs_f64),
-            poll_retries: raw
-                .poll_retries
-                .map(|v| key("poll-retries").integer(&v, 1, 10_000))
-                .transpose()?,
-            cluster_name: raw
-                .cluster_name
-                .map(|c| {
-                    if valid_name(&c) {
-                        Ok(c)
-                    } else {
-                        Err(key("cluster-name")
-                            .err(format!("{c:?} must match [a-zA-Z0-9][a-zA-Z0-9_.-]*")))
-                    }
-                })
-                .transpose()?,
-            // 68 is the IPv4 minimum; IPv6 needs 1280, checked once the agent says the VMI has v6.
-            mtu: raw
-                .mtu
-                .map(|v| key("mtu").integer(&v, 68, 65535))
-                .transpose()?,
-            log_file: path("log-file", raw.log_file, true)?,
-            log_level: raw
-                .log_level
-                .map(|l| {
-                    parse_level(&l.0).ok_or_else(|| {
-                        key("log-level").err(format!(
-                            "{:?} is not 0..6 or error/warn/info/debug/trace",
-                            l.0
-                        ))
-                    })
-                })
-                .transpose()?,
-            mode: raw
-                .mode
-                .map(|m| parse_mode(&m).map_err(|why| key("mode").err(why)))
-                .transpose()?,
-            // "" turns it off.
-            metrics_file: path("metrics-file", raw.metrics_file, true)?,
-            vif_type: raw
-                .vif_type
-                .map(|v| match v.as_str() {
-                    "veth" => Ok(VifType::Veth),
-                    "macvlan" => Ok(VifType::Macvlan),
-                    _ => Err(key("vif-type").err(format!(
-                        "{v:?} must be \"veth\" or \"macvlan\" (nested mode)"
-                    ))),
-                })
-                .transpose()?,
-            parent_interface: raw
-                .parent_interface
-                .map(|i| match crate::cni::check_ifname(&i) {
-                    Ok(()) => Ok(i),
-                    Err(why) => Err(key("parent-interface").err(format!("{i:?} {why}"))),
-                })
-                .transpose()?,
-            unknown,
-        })
+    let mut names: Vec<String> = unknown
+        .iter()
+        .take(SHOWN)
+        .map(|k| format!("contrail.{}", crate::text::Shown(k)))
+        .collect();
+    if unknown.len() > SHOWN {
+        names.push(format!("and {} more", unknown.len() - SHOWN));
     }
-
-    /// The log line about keys this plugin does not know, if there are any: one line, however
-    /// many, each key escaped and cut short (they come from whoever wrote the source).
-    fn unknown_warning(&self, source: &str) -> Option<String> {
-        const SHOWN: usize = 5;
-        if self.unknown.is_empty() {
-            return None;
-        }
-        let mut names: Vec<String> = self
-            .unknown
-            .iter()
-            .take(SHOWN)
-            .map(|k| format!("contrail.{}", crate::text::Shown(k)))
-            .collect();
-        if self.unknown.len() > SHOWN {
-            names.push(format!("and {} more", self.unknown.len() - SHOWN));
-        }
-        Some(format!(
-            "ignoring {} unknown key(s) (from {source}): {}",
-            self.unknown.len(),
-            names.join(", ")
-        ))
-    }
-}
-
-/// A key of one source, for validation and its errors.
-struct Key<'a> {
-    key: &'static str,
-    source: &'a str,
-}
-
-impl Key<'_> {
-    fn err(&self, why: impl fmt::Display) -> Error {
-        Error::config(format!("contrail.{} (from {})", self.key, self.source), why)
-    }
-
-    /// A number within `min..=max`.
-    fn number(&self, s: &Scalar, min: f64, max: f64) -> Result<f64> {
-        match s.0.trim().parse::<f64>() {
-            Ok(v) if v.is_finite() && (min..=max).contains(&v) => Ok(v),
-            _ => Err(self.err(format!("{:?} must be a number from {min} to {max}", s.0))),
-        }
-    }
-
-    /// A whole number within `min..=max`.
-    fn integer(&self, s: &Scalar, min: u32, max: u32) -> Result<u32> {
-        let v = self.number(s, min.into(), max.into())?;
-        if v.fract() != 0.0 {
-            return Err(self.err(format!("{v} must be a whole number")));
-        }
-        Ok(v as u32)
-    }
-
-    /// An absolute path without `..`; "" means none when `allow_empty`.
-    fn path(&self, s: &str, allow_empty: bool) -> Result<Option<PathBuf>> {
-        if s.is_empty() && allow_empty {
-            return Ok(None);
-        }
-        if !s.starts_with('/') || s.contains('\0') || s.split('/').any(|c| c == "..") {
-            return Err(self.err(format!("{s:?} must be an absolute path without '..'")));
-        }
-        Ok(Some(PathBuf::from(s)))
-    }
-}
-
-/// Decodes `v` as a `T`, naming the failing key in a code-7 error under `prefix`.
-fn decode<T: DeserializeOwned>(v: Value, prefix: &str, source: &str) -> Result<T> {
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let key = match (prefix, path.as_str()) {
-            (p, ".") => p.to_string(),
-            ("", k) => k.to_string(),
-            (p, k) => format!("{p}.{k}"),
-        };
-        Error::config(format!("{key} (from {source})"), e.into_inner())
-    })
+    Some(format!(
+        "ignoring {} unknown key(s) (from {source}): {}",
+        unknown.len(),
+        names.join(", ")
+    ))
 }
 
 /// The directory the node-wide file is looked for in: `CONTRAIL_CNI_CONF_DIR` or the default.
@@ -655,12 +360,11 @@ pub(crate) fn load_node_from(path: &Path) -> Result<Node> {
 /// The node's settings from `value`, the node-wide file found as `file`. Pure.
 pub fn node(file: NodeFile, value: Option<&Value>) -> Result<Node> {
     let source = file.describe();
-    let settings = match value.and_then(|v| v.get("contrail")) {
-        None | Some(Value::Null) => Settings::default(),
-        Some(section) => Settings::read(section.clone(), &source)?,
+    let (contrail, unknown) = match value.and_then(|v| v.get("contrail")) {
+        None | Some(Value::Null) => (Contrail::default(), Vec::new()),
+        Some(section) => keys::read(&Contrail::default(), section.clone(), &source)?,
     };
-    let warnings = settings.unknown_warning(&source).into_iter().collect();
-    let contrail = Contrail::default().with(settings);
+    let warnings = unknown_warning(&unknown, &source).into_iter().collect();
     contrail.check(&source)?;
     Ok(Node {
         file,
@@ -703,23 +407,21 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
     // The node's keys: any value that does not read as the node's own (an invalid one
     // included) is refused as the node's to set, whatever it is.
     let mut refused = Vec::new();
-    for (key, _) in KEYS.iter().filter(|(_, scope)| *scope == Scope::Node) {
-        let Some(value) = section.remove(*key).filter(|v| !v.is_null()) else {
+    for key in KEYS.iter().filter(|k| k.scope == Scope::Node) {
+        let Some(value) = section.remove(key.name).filter(|v| !v.is_null()) else {
             continue;
         };
-        let one = Value::Object(Map::from_iter([(key.to_string(), value)]));
-        let same =
-            Settings::read(one, &source).is_ok_and(|s| node.contrail.differing(&s).is_empty());
+        let one = Value::Object(Map::from_iter([(key.name.to_string(), value)]));
+        let same = keys::read(&node.contrail, one, &source)
+            .is_ok_and(|(c, _)| node.contrail.differing(&c).is_empty());
         if !same {
-            refused.push(*key);
+            refused.push(key.name);
         }
     }
-    let stdin = Settings::read(Value::Object(section), &source)?;
-    // What a network may choose: its interfaces' MTU.
-    let contrail = Contrail {
-        mtu: stdin.mtu.unwrap_or(node.contrail.mtu),
-        ..node.contrail.clone()
-    };
+    // What a network may choose (its interfaces' MTU): the rest of the section, now without a
+    // node-scoped key, over the node's settings.
+    let (contrail, unknown) = keys::read(&node.contrail, Value::Object(section), &source)?;
+    debug_assert!(node.contrail.differing(&contrail).is_empty());
     Ok(NetConf {
         cni_version: version,
         network,
@@ -727,7 +429,7 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
         runtime_config: conf.runtime_config,
         args: conf.args,
         valid_attachments: conf.valid_attachments.or(conf.attachments),
-        warnings: stdin.unknown_warning(&source).into_iter().collect(),
+        warnings: unknown_warning(&unknown, &source).into_iter().collect(),
         refused,
         node_file: node.file.clone(),
         contrail,
@@ -752,34 +454,6 @@ impl NetConf {
             contrail: node.contrail.clone(),
         }
     }
-}
-
-fn parse_mode(s: &str) -> std::result::Result<Mode, String> {
-    match s {
-        // The legacy plugin's `mode` named the orchestrator; "k8s" is per-interface here.
-        "plugin" | "k8s" => Ok(Mode::Plugin),
-        #[cfg(feature = "thick")]
-        "thick" => Ok(Mode::Thick),
-        #[cfg(not(feature = "thick"))]
-        "thick" => Err(
-            "\"thick\" needs a build with thick mode: cargo build --release --features thick"
-                .to_string(),
-        ),
-        other => Err(format!("{other:?} must be \"plugin\" or \"thick\"")),
-    }
-}
-
-/// The legacy plugin's numeric levels (logrus: 2 error .. 6 trace) or names.
-fn parse_level(s: &str) -> Option<LevelFilter> {
-    Some(match s.trim().to_ascii_lowercase().as_str() {
-        "0" | "1" | "2" | "error" => LevelFilter::Error,
-        "3" | "warn" | "warning" => LevelFilter::Warn,
-        "4" | "info" => LevelFilter::Info,
-        "5" | "debug" => LevelFilter::Debug,
-        "6" | "trace" => LevelFilter::Trace,
-        "off" => LevelFilter::Off,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

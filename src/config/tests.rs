@@ -127,8 +127,8 @@ fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
 fn stdin_may_repeat_node_keys_with_the_nodes_value_and_no_other() {
     let node_keys: Vec<&str> = KEYS
         .iter()
-        .filter(|(_, s)| *s == Scope::Node)
-        .map(|(k, _)| *k)
+        .filter(|k| k.scope == Scope::Node)
+        .map(|k| k.name)
         .collect();
     let cases = node_values();
     assert_eq!(
@@ -284,7 +284,7 @@ fn invalid_values_name_their_key_and_source_with_code_7() {
         // On stdin, a node-scoped key is refused whatever its value; the network's own keys
         // are checked.
         let stdin = json!({"cniVersion": "1.0.0", "contrail": {key: value}});
-        match KEYS.iter().find(|(k, _)| *k == key).unwrap().1 {
+        match spec(key).unwrap().scope {
             Scope::Node => assert_eq!(over(json!({}), stdin).unwrap().refused, [key]),
             Scope::Network => {
                 let msg = over(json!({}), stdin).unwrap_err().to_string();
@@ -417,4 +417,132 @@ fn multus_additions_are_accepted() {
         "args": {"cni": {"x": 1}}, "runtimeConfig": {"mac": "02:00:00:00:00:09"}, "dns": {}, "ipam": {}}))
     .unwrap();
     assert!(c.runtime_config.is_some());
+}
+
+/// Valid values of a kind, as a source would write them: at least two that read differently.
+fn samples(kind: Kind) -> Vec<Value> {
+    match kind {
+        Kind::Ip => vec![json!("10.0.0.9"), json!("127.0.0.1"), json!("::1")],
+        Kind::Integer { min, max } => vec![json!(min), json!(max), json!(min.to_string())],
+        Kind::Seconds { min, max } => vec![json!(min), json!(max), json!(format!(" {min} "))],
+        Kind::Path { optional } => {
+            let mut v = vec![json!("/var/lib/x"), json!("/etc/y"), json!("/var/lib//x")];
+            if optional {
+                v.push(json!(""));
+            }
+            v
+        }
+        Kind::Name => vec![json!("k8s"), json!("other")],
+        Kind::Interface => vec![json!("eth0"), json!("eth1")],
+        Kind::Level => vec![json!("info"), json!(4), json!("debug"), json!("off")],
+        Kind::Choice(words) => words.iter().map(|w| json!(w)).collect(),
+        Kind::Ignored => vec![json!("x"), json!("")],
+    }
+}
+
+/// `value` for `key` read over the built-in defaults.
+fn read_one(key: &str, value: &Value) -> Result<Contrail> {
+    keys::read(&Contrail::default(), json!({key: value}), "test").map(|(c, _)| c)
+}
+
+#[test]
+fn every_node_key_is_refused_from_stdin_with_any_other_value() {
+    for k in KEYS.iter().filter(|k| k.scope == Scope::Node) {
+        let samples = samples(k.kind);
+        let node_value = &samples[0];
+        let node = json!({k.name: node_value});
+        let nodes = read_one(k.name, node_value).unwrap();
+        let stdin =
+            |v: &Value| json!({"cniVersion": "1.0.0", "name": "net-a", "contrail": {k.name: v}});
+        let mut others = 0;
+        // Another type of value, then every sample: refused unless it reads as the node's.
+        for v in [json!([])].iter().chain(&samples) {
+            let c = over(node.clone(), stdin(v)).unwrap();
+            let differs = read_one(k.name, v).map_or(true, |c| c != nodes);
+            if !differs {
+                assert!(c.refused.is_empty(), "{}: {v} is the node's value", k.name);
+                continue;
+            }
+            others += 1;
+            assert_eq!(c.refused, [k.name], "{}={v}", k.name);
+            assert_eq!(c.contrail, nodes, "{}={v}: the node's value holds", k.name);
+            let e = c.refusal().unwrap();
+            assert_eq!(e.code(), code::INVALID_CONFIG);
+            assert!(
+                e.to_string().contains(&format!("contrail.{}", k.name)),
+                "{}: {e}",
+                k.name
+            );
+        }
+        // A choice may have one reading in a build (mode without thick): then only another type.
+        let least = if matches!(k.kind, Kind::Choice(_)) {
+            1
+        } else {
+            2
+        };
+        assert!(
+            others >= least,
+            "{}: no valid value other than the node's",
+            k.name
+        );
+    }
+}
+
+#[test]
+fn the_tables_defaults_are_the_built_in_ones() {
+    // Every key set to a value other than its default...
+    let mut other = Contrail::default();
+    for k in KEYS.iter().filter(|k| k.kind != Kind::Ignored) {
+        let v = samples(k.kind)
+            .into_iter()
+            .find(|v| read_one(k.name, v).unwrap() != Contrail::default());
+        let Some(v) = v else {
+            // A choice with one reading in this build (mode without thick).
+            assert!(
+                matches!(k.kind, Kind::Choice(_)),
+                "{}: every sample is the default",
+                k.name
+            );
+            continue;
+        };
+        other = keys::read(&other, json!({k.name: v}), "test").unwrap().0;
+        assert!(!k.same(&other, &Contrail::default()), "{}", k.name);
+    }
+    // ...and back by the table's defaults.
+    let defaults = Map::from_iter(KEYS.iter().map(|k| (k.name.to_string(), json!(k.default))));
+    let (c, unknown) = keys::read(&other, Value::Object(defaults), "test").unwrap();
+    assert_eq!(c, Contrail::default());
+    assert!(unknown.is_empty());
+    assert_eq!(
+        spec("agent-requests-per-second").unwrap().default,
+        DEFAULT_AGENT_RATE.to_string()
+    );
+}
+
+#[test]
+fn every_documented_word_and_bound_is_accepted() {
+    for k in KEYS {
+        for v in samples(k.kind) {
+            assert!(read_one(k.name, &v).is_ok(), "{}={v}", k.name);
+        }
+    }
+}
+
+#[test]
+fn help_shows_every_key_with_its_scope_and_default() {
+    let help = help();
+    for k in KEYS {
+        let line = help
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(k.name))
+            .unwrap_or_else(|| panic!("{} is not in --help:\n{help}", k.name));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let default = if k.default.is_empty() {
+            "(none)"
+        } else {
+            k.default
+        };
+        assert_eq!(cells, [k.name, k.scope.as_str(), default], "{line}");
+    }
+    assert!(help.lines().all(|l| l.len() <= 80), "{help}");
 }
