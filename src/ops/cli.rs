@@ -18,12 +18,6 @@ pub enum Command {
     Inspect(inspect::Options),
 }
 
-/// Text appended to the top-level `--help`, after the options: the node-wide config's keys.
-/// Empty: nothing is appended.
-pub fn config_keys_help() -> String {
-    String::new()
-}
-
 /// `--version`'s text after the name, computed once (clap wants a `&'static str`).
 fn version() -> &'static str {
     static VERSION: OnceLock<String> = OnceLock::new();
@@ -91,11 +85,8 @@ struct Inspect {
 /// of kind `DisplayHelp` and `DisplayVersion`: `Error::print` writes them to stdout (exit status
 /// 0) and mistakes to stderr (exit status 2), as `Error::exit_code` says.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, clap::Error> {
-    let mut cmd = Cli::command();
-    let keys = config_keys_help();
-    if !keys.is_empty() {
-        cmd = cmd.after_help(keys);
-    }
+    // The top-level help ends with the config keys, from the one table of them.
+    let cmd = Cli::command().after_help(crate::config::help());
     let name = OsString::from(cmd.get_name());
     let matches = cmd.try_get_matches_from(std::iter::once(name).chain(args))?;
     Ok(match Cli::from_arg_matches(&matches)?.command {
@@ -191,6 +182,10 @@ mod tests {
             assert!(h.contains("Usage: contrail-k8s-cni <COMMAND>"), "{h}");
             assert!(h.contains("  install  Copy this binary"), "{h}");
             assert!(h.contains("  inspect  Show this node's attachments"), "{h}");
+            // Every config key, from the one table of them.
+            for key in crate::config::KEYS {
+                assert!(h.contains(key.name), "{} is not in --help", key.name);
+            }
         }
         let h = shown(&["install", "--bin-dir", "/b", "--help"]);
         assert!(
