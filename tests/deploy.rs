@@ -529,7 +529,9 @@ fn the_daemonset_runs_the_project_image_alone_and_watches() {
         .flat_map(|k| spec[*k].as_sequence().unwrap())
         .collect();
     for c in &containers {
-        assert_eq!(c["image"].as_str(), Some("contrail-k8s-cni:0.1.0"), "{c:?}");
+        // The image of this version: one image for both containers.
+        let image = concat!("contrail-k8s-cni:", env!("CARGO_PKG_VERSION"));
+        assert_eq!(c["image"].as_str(), Some(image), "{c:?}");
     }
     let main = &spec["containers"][0]["command"];
     let args: Vec<&str> = main

@@ -73,3 +73,21 @@ fn the_trust_table_covers_every_key_and_input() {
         assert!(inputs.contains(input), "{input} is not in the trust table");
     }
 }
+
+/// `--version` names the crate's version: the CHANGELOG has a dated section for it, under the
+/// one for what is not released yet.
+#[test]
+fn the_changelog_has_a_dated_section_for_this_version() {
+    let log =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md")).unwrap();
+    let headings: Vec<&str> = log.lines().filter(|l| l.starts_with("## [")).collect();
+    assert_eq!(headings.first(), Some(&"## [Unreleased]"), "{headings:?}");
+    let this = format!("## [{}] - ", env!("CARGO_PKG_VERSION"));
+    let section = headings.get(1).copied().unwrap_or_default();
+    assert!(section.starts_with(&this), "{section:?} is not {this:?}");
+    let date = &section[this.len()..];
+    assert!(
+        date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+        "{date:?} is not a date"
+    );
+}
