@@ -125,7 +125,8 @@ fn the_image_is_the_static_binary_alone_and_its_installer_works() {
         out.stdout
     );
     let version = podman.run(&["run", "--rm", "--network", "none", image, "--version"]);
-    assert!(version.starts_with("contrail-k8s-cni 0.1.0"), "{version}");
+    let this = concat!("contrail-k8s-cni ", env!("CARGO_PKG_VERSION"), " ");
+    assert!(version.starts_with(this), "{version}");
     // FROM scratch and one COPY: the binary is all there is.
     let layers = podman.run(&[
         "image",
