@@ -2,7 +2,8 @@
 //! value must be), default, scope and help, and the [`Contrail`] field it sets. Reading a source,
 //! merging stdin over the node, the trust check, `--help` and the docs' tests all walk this
 //! table: a key is added here, to [`Contrail`] and its `Default` (a unit test holds the table's
-//! default to it), and to the tables of docs/configuration.md and docs/security.md (`tests/readme.rs` compares them).
+//! default to it), and to the tables of docs/configuration.md and docs/security.md
+//! (`tests/readme.rs` compares them).
 
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
