@@ -1,8 +1,9 @@
 //! The keys of the `contrail` section, in one table ([`KEYS`]): each key's name, kind (what a
 //! value must be), default, scope and help, and the [`Contrail`] field it sets. Reading a source,
-//! merging stdin over the node, the trust check, `--help` and the README's tests all walk this
+//! merging stdin over the node, the trust check, `--help` and the docs' tests all walk this
 //! table: a key is added here, to [`Contrail`] and its `Default` (a unit test holds the table's
-//! default to it), and to the README's tables (`tests/readme.rs` compares them).
+//! default to it), and to the tables of docs/configuration.md and docs/security.md
+//! (`tests/readme.rs` compares them).
 
 use std::fmt::{self, Write as _};
 use std::net::IpAddr;
@@ -28,7 +29,7 @@ pub enum Scope {
 }
 
 impl Scope {
-    /// As the README's tables and `--help` name it.
+    /// As the docs' tables and `--help` name it.
     pub fn as_str(self) -> &'static str {
         match self {
             Scope::Node => "node",
@@ -180,7 +181,7 @@ macro_rules! field {
 /// The table's rows: name, scope, kind, default, help, and the field set.
 macro_rules! keys {
     ($($name:literal, $scope:ident, $kind:expr, $default:literal, $help:literal, $field:expr;)*) => {
-        /// Every key of the `contrail` section, in the README's order.
+        /// Every key of the `contrail` section, in the order of docs/configuration.md.
         pub static KEYS: &[KeySpec] = &[$(KeySpec {
             name: $name,
             scope: Scope::$scope,

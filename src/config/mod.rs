@@ -32,8 +32,8 @@ const DEFAULT_NETWORK_NAMES: [&str; 2] = ["", "contrail-k8s-cni"];
 /// files and the agent's attention.
 pub(crate) const MAX_BUDGET: Duration = Duration::from_secs(300);
 /// The node's request budget to the agent, requests a second (`agent-requests-per-second`).
-/// Each request holds the agent's DB for about 0.25 ms (README, "Polling and the node's request
-/// budget"): 200 a second is 5% of its time, leaving the rest to the config work the waiting
+/// Each request holds the agent's DB for about 0.25 ms (docs/configuration.md, "Polling and the
+/// node's request budget"): 200 a second is 5% of its time, leaving the rest to the config work the waiting
 /// calls wait for, and still a poll every 0.55 s for each of 110 waiting calls.
 pub const DEFAULT_AGENT_RATE: u32 = 200;
 /// A quarter of the agent's time at 0.25 ms a request: beyond, the budget no longer protects it.
