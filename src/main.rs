@@ -7,7 +7,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 
 use contrail_k8s_cni::cni::{self, Env, Version};
-use contrail_k8s_cni::ops::cli::{self, Command};
+use contrail_k8s_cni::ops::cli::{self, Command, Usage};
 use contrail_k8s_cni::ops::{inspect, install};
 use contrail_k8s_cni::{Error, Result};
 
@@ -74,9 +74,13 @@ fn by_hand() -> ExitCode {
         Ok(Command::Install(opts)) => install::run(&opts),
         Ok(Command::Inspect(opts)) => inspect::run(&opts),
         // --help and --version to stdout (exit 0), mistakes to stderr (exit 2).
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        Ok(Command::Help(text) | Command::Version(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(Usage(text)) => {
+            eprint!("{text}");
+            return ExitCode::from(2);
         }
     };
     match result {
