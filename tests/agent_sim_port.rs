@@ -22,30 +22,9 @@ fn call(sim: &Sim, method: &str, path: &str, body: Option<&Value>) -> (u16, Valu
 
 /// One request with a body of raw bytes.
 fn call_raw(sim: &Sim, path: &str, body: &str) -> (u16, Value) {
-    use std::io::{BufRead, Write};
-    let mut conn = sim.connect();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.get_mut().write_all(request.as_bytes()).unwrap();
-    let mut status = String::new();
-    conn.read_line(&mut status).unwrap();
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        conn.read_line(&mut line).unwrap();
-        if line.trim().is_empty() {
-            break;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap();
-        }
-    }
-    let mut answer = vec![0; length];
-    conn.read_exact(&mut answer).unwrap();
+    let (status, answer) = exchange_raw(&mut sim.connect(), "POST", path, body);
     let code = status.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, serde_json::from_slice(&answer).unwrap())
+    (code, serde_json::from_str(&answer).unwrap())
 }
 
 fn vn_of(sim: &Sim, pod: &PodSpec, k: usize) -> Value {

@@ -410,6 +410,17 @@ pub fn exchange(
     body: Option<&Value>,
 ) -> (String, String) {
     let body = body.map(Value::to_string).unwrap_or_default();
+    exchange_raw(conn, method, path, &body)
+}
+
+/// [`exchange`] with a body of any bytes (JSON cut short, another shape): what a test sends as
+/// a client that breaks the contract would.
+pub fn exchange_raw(
+    conn: &mut BufReader<TcpStream>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (String, String) {
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
