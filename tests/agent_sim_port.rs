@@ -248,17 +248,24 @@ fn a_uuid_the_agent_takes_as_nil_is_a_violation() {
     );
 }
 
-#[test]
-fn each_route_deletes_only_its_own_registrations() {
-    let pod = two_vmi_pod();
-    let sim = Sim::start(&[&pod], &[]);
+/// A simulator with the pod's VMI `vm.0` registered through `POST /vm` (as `vm.1`) and VMI
+/// `port.0` through `POST /port` (as `port.1`).
+fn both_routes(pod: &PodSpec, vm: (usize, &str), port: (usize, &str)) -> Sim {
+    let sim = Sim::start(&[pod], &[]);
+    call(&sim, "POST", "/vm", Some(&cni(&sim, pod, vm.0, vm.1)));
     call(
         &sim,
         "POST",
-        "/vm",
-        Some(&cni(&sim, &pod, 0, "tapdddddddddddd")),
+        "/port",
+        Some(&nova(&sim, pod, port.0, port.1)),
     );
-    call(&sim, "POST", "/port", Some(&nova(&sim, &pod, 1, "vhost0e")));
+    sim
+}
+
+#[test]
+fn each_route_deletes_only_its_own_registrations() {
+    let pod = two_vmi_pod();
+    let sim = both_routes(&pod, (0, "tapdddddddddddd"), (1, "vhost0e"));
     let both = format!("/vm/{}", pod.uuid);
     assert_eq!(
         call(&sim, "GET", &both, None).0,
@@ -297,14 +304,7 @@ fn each_route_deletes_only_its_own_registrations() {
 #[test]
 fn one_vmi_through_both_routes_is_a_violation_and_each_delete_drops_its_half() {
     let pod = two_vmi_pod();
-    let sim = Sim::start(&[&pod], &[]);
-    call(
-        &sim,
-        "POST",
-        "/vm",
-        Some(&cni(&sim, &pod, 0, "tapeeeeeeeeeeee")),
-    );
-    call(&sim, "POST", "/port", Some(&nova(&sim, &pod, 0, "vhost0f")));
+    let sim = both_routes(&pod, (0, "tapeeeeeeeeeeee"), (0, "vhost0f"));
     let violations = sim.violations();
     assert_eq!(violations.len(), 1, "{violations:?}");
     assert_eq!(violations[0]["request"], "POST /port");
