@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
-use super::{Contrail, MAX_AGENT_RATE, MIN_AGENT_RATE, Mode, VifType};
+use super::{
+    Contrail, InterfaceType, MAX_AGENT_RATE, MIN_AGENT_RATE, Mode, VifType, VrouterMode,
+};
 use crate::cni::{check_ifname, valid_name};
 use crate::error::{Error, Result};
 
@@ -245,6 +247,24 @@ keys! {
     "parent-interface", Node, Kind::Interface, "eth0",
         "nested mode: the node VM's NIC that carries the pods' VLANs (unused with veth)",
         field!(parent_interface, |v, _| v.text());
+    "vrouter-socket-dir", Node, Kind::Path { optional: false }, "/var/run/vrouter",
+        "vrouter-dpdk's socket directory (its --vr_socket_dir): vhost-user links uvh_vif_<name> \
+         are made there; never mounted into a pod",
+        field!(vrouter_socket_dir, |v, _| v.path().expect("vrouter-socket-dir is not optional"));
+    "vhost-dir", Node, Kind::Path { optional: false }, "/var/run/contrail-k8s-cni/vhost",
+        "root of the per-pod directories (named by the pod's UID) that hold vhost-user sockets",
+        field!(vhost_dir, |v, _| v.path().expect("vhost-dir is not optional"));
+    "vhost-pod-dir", Node, Kind::Path { optional: false }, "/var/run/vhost",
+        "where pods mount their own directory of vhost-dir (hostPath with subPathExpr: \
+         $(POD_UID)): the socket path as the application sees it",
+        field!(vhost_pod_dir, |v, _| v.path().expect("vhost-pod-dir is not optional"));
+    "vrouter-mode", Node, Kind::Choice(&["auto", "dpdk", "kernel"]), "auto",
+        "auto: DPDK when <vrouter-socket-dir>/dpdk_netlink exists; dpdk or kernel say it",
+        field!(vrouter_mode, |v, k| parse_vrouter_mode(&v.text()).map_err(|why| k.err(why))?);
+    "interface-type", Network, Kind::Choice(&["veth", "vhost-user"]), "veth",
+        "veth: a kernel interface in the pod; vhost-user: a socket for a DPDK application \
+         (DPDK vRouter nodes only)",
+        field!(interface_type, |v, k| parse_interface_type(&v.text()).map_err(|why| k.err(why))?);
     // 68 is the IPv4 minimum; IPv6 needs 1280, checked once the agent says the VMI has v6.
     "mtu", Network, Kind::Integer { min: 68, max: 65535 }, "1500",
         "MTU of the pod's interface and its host side (1280 or more when the VMI has IPv6; in \
@@ -514,6 +534,23 @@ fn parse_vif_type(v: &str) -> std::result::Result<VifType, String> {
         _ => Err(format!(
             "{v:?} must be \"veth\" or \"macvlan\" (nested mode)"
         )),
+    }
+}
+
+fn parse_vrouter_mode(v: &str) -> std::result::Result<VrouterMode, String> {
+    match v {
+        "auto" => Ok(VrouterMode::Auto),
+        "dpdk" => Ok(VrouterMode::Dpdk),
+        "kernel" => Ok(VrouterMode::Kernel),
+        _ => Err(format!("{v:?} must be \"auto\", \"dpdk\" or \"kernel\"")),
+    }
+}
+
+fn parse_interface_type(v: &str) -> std::result::Result<InterfaceType, String> {
+    match v {
+        "veth" => Ok(InterfaceType::Veth),
+        "vhost-user" => Ok(InterfaceType::VhostUser),
+        _ => Err(format!("{v:?} must be \"veth\" or \"vhost-user\"")),
     }
 }
 

@@ -78,6 +78,17 @@ pub struct Contrail {
     pub vif_type: VifType,
     /// The node's interface that nested mode's VLANs are made on.
     pub parent_interface: String,
+    /// The attachment's kind, a network's choice: a kernel interface or a vhost-user socket.
+    pub interface_type: InterfaceType,
+    /// vrouter-dpdk's socket directory (`--vr_socket_dir`): where it connects to
+    /// `uvh_vif_<system-name>`, and where `dpdk_netlink` says the vRouter is DPDK.
+    pub vrouter_socket_dir: PathBuf,
+    /// The root of the per-pod directories of vhost-user sockets (one per pod UID).
+    pub vhost_dir: PathBuf,
+    /// Where a pod mounts its own directory of `vhost-dir` (the socket path as the pod sees it).
+    pub vhost_pod_dir: PathBuf,
+    /// Whether the node's vRouter is DPDK, or how to tell.
+    pub vrouter_mode: VrouterMode,
 }
 
 impl Contrail {
@@ -106,6 +117,11 @@ impl Default for Contrail {
             metrics_file: None,
             vif_type: VifType::Veth,
             parent_interface: "eth0".into(),
+            interface_type: InterfaceType::Veth,
+            vrouter_socket_dir: PathBuf::from("/var/run/vrouter"),
+            vhost_dir: PathBuf::from("/var/run/contrail-k8s-cni/vhost"),
+            vhost_pod_dir: PathBuf::from("/var/run/vhost"),
+            vrouter_mode: VrouterMode::Auto,
         }
     }
 }
@@ -170,6 +186,41 @@ impl VifType {
     /// a registration would turn it into a tap on the hypervisor, which does not exist.
     pub fn registers(self) -> bool {
         self == VifType::Veth
+    }
+}
+
+/// What a network's attachments are, as its config asks (`interface-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceType {
+    /// A kernel interface in the pod, of the node's `vif-type`.
+    Veth,
+    /// A vhost-user socket for a DPDK application, registered with `POST /port` (DPDK
+    /// vRouter nodes only; see docs/vhost-user.md).
+    VhostUser,
+}
+
+/// The node's vRouter, as `vrouter-mode` says or lets the plugin find out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VrouterMode {
+    /// DPDK when `<vrouter-socket-dir>/dpdk_netlink` exists, as TF's vrouter-port-control
+    /// checks.
+    Auto,
+    Dpdk,
+    Kernel,
+}
+
+/// The file whose presence in the vRouter's socket directory says it is vrouter-dpdk.
+pub const DPDK_NETLINK: &str = "dpdk_netlink";
+
+impl Contrail {
+    /// Whether the node's vRouter is DPDK: as `vrouter-mode` says, or (`auto`) whether
+    /// `<vrouter-socket-dir>/dpdk_netlink` exists.
+    pub fn vrouter_is_dpdk(&self) -> bool {
+        match self.vrouter_mode {
+            VrouterMode::Dpdk => true,
+            VrouterMode::Kernel => false,
+            VrouterMode::Auto => self.vrouter_socket_dir.join(DPDK_NETLINK).exists(),
+        }
     }
 }
 

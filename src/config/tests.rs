@@ -120,6 +120,25 @@ fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
             json!("eth0"),
             json!("eth1"),
         ),
+        (
+            "vrouter-socket-dir",
+            json!("/var/run/vrouter"),
+            json!("/var/run/vrouter/"),
+            json!("/tmp"),
+        ),
+        (
+            "vhost-dir",
+            json!("/var/run/contrail-k8s-cni/vhost"),
+            json!("/var/run/contrail-k8s-cni//vhost"),
+            json!("/etc"),
+        ),
+        (
+            "vhost-pod-dir",
+            json!("/var/run/vhost"),
+            json!("/var/run/vhost"),
+            json!("/dev"),
+        ),
+        ("vrouter-mode", json!("auto"), json!("auto"), json!("kernel")),
     ]
 }
 
