@@ -404,6 +404,7 @@ fn record(
         claimed_boot: crate::state::files::boot_id(),
         claimed_uptime_ms: crate::state::files::uptime().as_millis().to_string(),
         vlan: None,
+        route: crate::state::Route::Vm,
     })
 }
 

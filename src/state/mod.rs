@@ -47,7 +47,7 @@ use crate::state::files::{entries, flags, io, is_kind, is_temp, mode, stat_at};
 pub use lock::Lock;
 use lock::{Discard, lock_files, stop_marker};
 pub use pod::{Pending, PodDir, PodFiles, Then};
-pub use record::{Record, Unreadable};
+pub use record::{Record, Route, Unreadable};
 
 /// Written into every state file, so a later format can tell ours apart.
 pub const STATE_VERSION: &str = "1";

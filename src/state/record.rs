@@ -78,7 +78,46 @@ pub struct Record {
         with = "string_tag"
     )]
     pub vlan: Option<u16>,
+    /// How the agent was told of the port: `POST /vm` (veth, the default, and every file
+    /// written before vhost-user) or `POST /port` (vhost-user). Absent means `vm`, and a `vm`
+    /// record is written without it, as before.
+    #[serde(rename = "port-route", default, skip_serializing_if = "Route::is_vm")]
+    pub route: Route,
 }
+
+/// The agent's route a port was registered through; it decides how it is released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// `POST /vm`, released by `DELETE /vm/<vm-uuid>` and re-registering the pod's others.
+    #[default]
+    Vm,
+    /// `POST /port` (a vhost-user port on a DPDK vRouter), released by `DELETE /port/<vmi>`.
+    Port,
+}
+
+impl Route {
+    pub fn is_vm(&self) -> bool {
+        *self == Route::Vm
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Vm => "vm",
+            Route::Port => "port",
+        }
+    }
+}
+
+/// `POST /port`'s `vm-project-id` when the project is not known: the agent accepts a nil uuid.
+pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// `POST /port`'s `type` for a VM port: on a DPDK vRouter's agent, a PMD (vhost-user) port.
+pub const PORT_TYPE_VM: i64 = 0;
+
+/// `POST /port`'s `vhostuser-mode` 1: the vRouter is the vhost-user client, the application the
+/// server (vrouter-dpdk turns 0 into 1 anyway; sent explicitly).
+pub const VHOSTUSER_MODE_CLIENT: i64 = 1;
 
 /// A VLAN tag kept as a string (every value in these files is a string).
 mod string_tag {
@@ -128,6 +167,28 @@ impl Record {
         // Cannot fail: every field is a string or a bool.
         serde_json::to_value(self).unwrap_or_default()
     }
+
+    /// `POST /port`'s body for this record (the Nova route; the agent's `MakeAddVmiUuidRequest`
+    /// requires every field, strings and integers as here, and refuses `null` VLAN ids).
+    /// `ip-address` `0.0.0.0` lets the config's instance IP win; `system-name` is the name
+    /// vrouter-dpdk's socket link `uvh_vif_<system-name>` carries.
+    pub fn port_body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.vmi_uuid.to_string(),
+            "instance-id": self.vm_uuid.to_string(),
+            "vn-id": self.vn_uuid.to_string(),
+            "vm-project-id": NIL_UUID,
+            "display-name": self.vm_name.to_string(),
+            "ip-address": "0.0.0.0",
+            "ip6-address": "",
+            "system-name": self.host_ifname.to_string(),
+            "mac-address": self.mac,
+            "type": PORT_TYPE_VM,
+            "rx-vlan-id": -1,
+            "tx-vlan-id": -1,
+            "vhostuser-mode": VHOSTUSER_MODE_CLIENT,
+        })
+    }
 }
 
 /// A state file that could not be read: reported, left in place, and treated as held by
@@ -152,11 +213,14 @@ impl Unreadable {
     }
 }
 
-/// A file's content as the agent reads it on restart, when it is a JSON object for `vmi`.
+/// A file's content as the agent reads it on restart, when it is a JSON object for `vmi`
+/// registered through `POST /vm` (a file that names another route is never sent there: the
+/// transport of a port is fixed when the agent first makes it).
 pub(super) fn port_of(bytes: Option<&[u8]>, vmi: &str) -> Option<serde_json::Value> {
     bytes
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
         .filter(|v| v.get("vmi-uuid").and_then(|u| u.as_str()) == Some(vmi))
+        .filter(|v| v.get("port-route").is_none_or(|r| r == "vm"))
 }
 
 /// A state file's record. Why one is refused names the key, never its bytes (which may hold

@@ -35,6 +35,7 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
         claimed_boot: String::new(),
         claimed_uptime_ms: String::new(),
         vlan: None,
+        route: Route::Vm,
     }
 }
 
@@ -455,4 +456,53 @@ fn stale_locks_are_swept_and_held_ones_kept() {
     held.remove().unwrap();
     assert_eq!(names(&root.join(LOCKS)), ["k8s__default__live"]);
     fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_record_without_a_route_was_registered_through_post_vm() {
+    let r = record(A, "c1", "net1");
+    assert_eq!(r.route, Route::Vm);
+    // Written as before: no route key for /vm records...
+    let v = r.port();
+    assert!(v.get("port-route").is_none(), "{v}");
+    let back: Record = serde_json::from_value(v).unwrap();
+    assert_eq!(back.route, Route::Vm);
+    // ...and a /port record says so, as a string like every value in these files.
+    let mut p = r.clone();
+    p.route = Route::Port;
+    let v = serde_json::to_value(&p).unwrap();
+    assert_eq!(v["port-route"], "port");
+    let back: Record = serde_json::from_value(v).unwrap();
+    assert_eq!(back.route, Route::Port);
+    // A route this version does not know makes the file unreadable, never a /vm port.
+    let mut v = serde_json::to_value(&p).unwrap();
+    v["port-route"] = "nova".into();
+    assert!(serde_json::from_value::<Record>(v).is_err());
+}
+
+#[test]
+fn the_port_body_has_every_field_the_agent_requires_with_its_type() {
+    let r = record(A, "c1", "net1");
+    let body = r.port_body();
+    let o = body.as_object().unwrap();
+    let strings = [
+        ("id", A.to_string()),
+        ("instance-id", r.vm_uuid.to_string()),
+        ("vn-id", r.vn_uuid.to_string()),
+        ("vm-project-id", "00000000-0000-0000-0000-000000000000".into()),
+        ("display-name", POD.to_string()),
+        ("ip-address", "0.0.0.0".into()),
+        ("ip6-address", String::new()),
+        ("system-name", r.host_ifname.to_string()),
+        ("mac-address", "02:00:00:00:00:01".into()),
+    ];
+    for (k, v) in &strings {
+        assert_eq!(o.get(*k).and_then(|x| x.as_str()), Some(v.as_str()), "{k}");
+    }
+    for (k, v) in [("type", 0), ("rx-vlan-id", -1), ("tx-vlan-id", -1), ("vhostuser-mode", 1)] {
+        assert!(o[k].is_i64(), "{k} must be an integer: {}", o[k]);
+        assert_eq!(o[k].as_i64(), Some(v), "{k}");
+    }
+    // Nothing else: the /vm keys are not sent on this route.
+    assert_eq!(o.len(), strings.len() + 4, "{body}");
 }
