@@ -399,6 +399,41 @@ impl Agent {
         )
     }
 
+    /// `POST /port` (the Nova route; docs/vhost-user.md): registers a port whose transport the
+    /// agent fixes by its own mode, a PMD (vhost-user) port on a DPDK vRouter. `body` is
+    /// [`crate::state::Record::port_body`]. Retried within the call's deadline; registering a
+    /// VMI again updates its registration.
+    pub(crate) fn register_port(&self, _: &Seal, body: &Value) -> Result<()> {
+        let field = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("?");
+        self.poll(
+            Awaited::Port {
+                ifname: field("system-name").to_string(),
+                vmi: field("id").to_string(),
+            },
+            |agent, t| {
+                Ok(match agent.request(Method::Post, "/port", Some(body), t)? {
+                    Some(_) => Poll::Ready(()),
+                    None => Poll::NotYet(Pending::NotAccepted),
+                })
+            },
+        )
+    }
+
+    /// `DELETE /port/<vmi>`: drops one `POST /port` port (`DELETE /vm/<vm-uuid>` does not touch
+    /// these). A 404 is done: the agent does not have it. Retried within the call's deadline.
+    pub(crate) fn deregister_port(&self, _: &Seal, vmi_uuid: &VmiUuid) -> Result<()> {
+        let path = format!("/port/{vmi_uuid}");
+        self.poll(
+            Awaited::PortDropped {
+                vmi: vmi_uuid.to_string(),
+            },
+            |agent, t| {
+                agent.request(Method::Delete, &path, None, t)?;
+                Ok(Poll::Ready(()))
+            },
+        )
+    }
+
     /// Makes the agent's registrations for pod `vm_uuid` exactly its ports among `ports`. The
     /// agent has no per-VMI delete: `DELETE /vm/<vm-uuid>` drops every port of the pod, then the
     /// ones that stay are registered again; a port of another VM is never sent. Both retried

@@ -20,6 +20,8 @@ pub enum Awaited {
     Port { ifname: String, vmi: String },
     /// The agent to drop the ports of pod `vm_uuid`.
     PortsDropped { vm_uuid: String },
+    /// The agent to drop the `POST /port` port of VMI `vmi`.
+    PortDropped { vmi: String },
     /// A turn for a request in the node's request budget.
     Turn(Request),
 }
@@ -40,6 +42,9 @@ impl fmt::Display for Awaited {
             }
             Awaited::PortsDropped { vm_uuid } => {
                 write!(f, "the agent to drop the ports of pod {vm_uuid}")
+            }
+            Awaited::PortDropped { vmi } => {
+                write!(f, "the agent to drop the port of VMI {vmi}")
             }
             Awaited::Turn(request) => request.fmt(f),
         }

@@ -19,7 +19,11 @@
 //! 4. the pending files are settled: a release goes, a reservation becomes `.reserved`.
 //!
 //! A kill or an agent that does not answer between 2 and 4 leaves the pending files, and the
-//! next call for the pod, GC or the sweep does 3 and 4 ([`open`]). A record the agent never
+//! next call for the pod, GC or the sweep does 3 and 4 ([`open`]).
+//!
+//! A vhost-user attachment's port is registered through `POST /port` (its record's `route`,
+//! docs/vhost-user.md), which the agent can drop alone: step 3 is `DELETE /port/<vmi>` for it,
+//! and the `/vm` resync neither drops nor re-registers it. A record the agent never
 //! heard of (an ADD that failed before `POST /vm`) skips 2 to 4.
 
 use std::collections::BTreeSet;
@@ -29,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::ids::VmUuid;
 use crate::kernel::links::Links;
 use crate::kernel::netlink::{Netns, Socket};
-use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
+use crate::state::{Pending, PodDir, PodFiles, Record, Route, StateDir, Then};
 
 /// What the functions that change registrations and links ask for: proof that the ledger calls
 /// them. Its field is private, so no other module can make one.
@@ -57,11 +61,13 @@ pub(crate) fn create_link(
     links.create(&SEAL, state, record, mtu, netns, ctr)
 }
 
-/// `POST /vm` of recorded attachments (their records are the agent's POST bodies).
+/// Registers recorded attachments by their route: `POST /vm` with the record itself, or
+/// `POST /port` with [`Record::port_body`] (vhost-user).
 pub(crate) fn register(agent: &Agent, records: &[Record]) -> Result<()> {
-    records
-        .iter()
-        .try_for_each(|r| agent.register(&SEAL, &r.port()))
+    records.iter().try_for_each(|r| match r.route {
+        Route::Vm => agent.register(&SEAL, &r.port()),
+        Route::Port => agent.register_port(&SEAL, &r.port_body()),
+    })
 }
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
@@ -247,10 +253,14 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
         return;
     }
+    // Only `POST /vm` ports are dropped by VM and registered again; a `POST /port` one is
+    // dropped alone (below) and never goes through `POST /vm`.
     let vms: BTreeSet<VmUuid> = files
         .pending
         .iter()
-        .filter_map(|p| p.record.as_ref().map(|r| r.vm_uuid.clone()))
+        .filter_map(|p| p.record.as_ref())
+        .filter(|r| r.route == Route::Vm)
+        .map(|r| r.vm_uuid.clone())
         .chain(files.legacy_resync.clone())
         .collect();
     // The attachments of a sandbox that is provably gone are not registered again: their
@@ -276,7 +286,25 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
             }
         }
     }
-    let mut ports: Vec<serde_json::Value> = live.iter().map(Record::port).collect();
+    for r in pending.iter().filter_map(|p| p.record.as_ref()) {
+        if r.route != Route::Port {
+            continue;
+        }
+        if let Err(e) = agent.deregister_port(&SEAL, &r.vmi_uuid) {
+            log::warn!(
+                "pod {}: VMI {} left registered with the agent (POST /port); the next call for \
+                 the pod, GC or the sweep retries: {e}",
+                pod.name(),
+                r.vmi_uuid
+            );
+            return;
+        }
+    }
+    let mut ports: Vec<serde_json::Value> = live
+        .iter()
+        .filter(|r| r.route == Route::Vm)
+        .map(Record::port)
+        .collect();
     // A future version's file that is still a port stays registered.
     ports.extend(files.unreadable.into_iter().filter_map(|u| u.port));
     for vm in &vms {
