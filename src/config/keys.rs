@@ -15,9 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
-use super::{
-    Contrail, InterfaceType, MAX_AGENT_RATE, MIN_AGENT_RATE, Mode, VifType, VrouterMode,
-};
+use super::{Contrail, InterfaceType, MAX_AGENT_RATE, MIN_AGENT_RATE, Mode, VifType, VrouterMode};
 use crate::cni::{check_ifname, valid_name};
 use crate::error::{Error, Result};
 

@@ -138,7 +138,12 @@ fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
             json!("/var/run/vhost"),
             json!("/dev"),
         ),
-        ("vrouter-mode", json!("auto"), json!("auto"), json!("kernel")),
+        (
+            "vrouter-mode",
+            json!("auto"),
+            json!("auto"),
+            json!("kernel"),
+        ),
     ]
 }
 
