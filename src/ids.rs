@@ -187,6 +187,12 @@ identifier!(
     check_uuid
 );
 identifier!(
+    /// A pod's Kubernetes UID (`K8S_POD_UID`): names its vhost-user directory.
+    PodUid,
+    "a pod UID",
+    check_uuid
+);
+identifier!(
     /// A VMI's uuid.
     VmiUuid,
     "a VMI uuid",

@@ -405,6 +405,7 @@ fn record(
         claimed_uptime_ms: crate::state::files::uptime().as_millis().to_string(),
         vlan: None,
         route: crate::state::Route::Vm,
+        pod_uid: None,
     })
 }
 

@@ -13,6 +13,10 @@
 //!   one VLAN link per tag and parent: one named as this plugin names them that no other pod's
 //!   state names is a leftover of a sandbox whose DEL never came, and is replaced; any other is
 //!   refused, naming it.
+//! - vhost-user (a record registered through `POST /port`, on any `vif-type` `veth` node whose
+//!   vRouter is DPDK): no kernel interface; the pod's directory under `vhost-dir` and the link
+//!   `uvh_vif_<host-ifname>` vrouter-dpdk connects to ([`vhost`]). Chosen per record, not per
+//!   node: a pod may mix it with veth attachments.
 
 use std::net::IpAddr;
 
@@ -23,8 +27,9 @@ use crate::error::{Conflict, Error, Result};
 use crate::kernel::interface::{LinkSeen, Seen, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
+use crate::kernel::vhost;
 use crate::state::ledger::Seal;
-use crate::state::{Record, StateDir};
+use crate::state::{Record, Route as PortRoute, StateDir};
 use crate::vmi::Mac;
 
 /// The host side of the node's attachments, of one kind.
@@ -32,6 +37,9 @@ pub(crate) struct Links {
     kind: VifType,
     /// Nested mode's parent interface.
     parent: String,
+    /// The node's directories for vhost-user attachments (records registered through
+    /// `POST /port`, whatever the node's `vif-type`).
+    vhost: vhost::Dirs,
     host: Socket,
 }
 
@@ -40,6 +48,7 @@ impl Links {
         Ok(Links {
             kind: conf.vif_type,
             parent: conf.parent_interface.clone(),
+            vhost: vhost::Dirs::new(conf),
             host: Socket::host()?,
         })
     }
@@ -96,6 +105,9 @@ impl Links {
         netns: &Netns,
         ctr: &mut Socket,
     ) -> Result<()> {
+        if record.route == PortRoute::Port {
+            return self.create_vhost(record);
+        }
         let mac = Mac::parse(&record.mac).ok_or_else(|| {
             Error::Interface(Conflict::NoMac {
                 vmi: record.vmi_uuid.to_string(),
@@ -110,6 +122,29 @@ impl Links {
             VifType::Veth => self.create_veth(state, record, &end, netns),
             VifType::Macvlan => self.create_nested(state, record, &end, netns, ctr),
         }
+    }
+
+    /// A vhost-user attachment's host side: nothing in the pod, the pod's directory and the
+    /// link vrouter-dpdk connects to (see [`vhost`]), paths checked before anything is made.
+    fn create_vhost(&mut self, record: &Record) -> Result<()> {
+        let paths = self.vhost_paths(record, true)?;
+        vhost::create(&self.vhost, &paths)
+    }
+
+    /// Where a vhost-user record's pieces are; checked for length when `checked`.
+    pub(crate) fn vhost_paths(&self, record: &Record, checked: bool) -> Result<vhost::Paths> {
+        let uid = record.pod_uid.as_ref().ok_or_else(|| {
+            Error::config(
+                "CNI_ARGS K8S_POD_UID",
+                "a vhost-user attachment needs the pod's UID (it names the pod's directory)",
+            )
+        })?;
+        Ok(if checked {
+            self.vhost
+                .checked_paths(uid, &record.host_ifname, &record.ifname)?
+        } else {
+            self.vhost.paths(uid, &record.host_ifname, &record.ifname)
+        })
     }
 
     /// A veth: the host end by its derived name (up), the other end directly in the pod.
@@ -239,17 +274,37 @@ impl Links {
     /// gone; the end in the pod goes with it); the ones already gone count as removed. Returns
     /// each one that could not be removed, with why.
     pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<(String, Error)> {
-        let names: Vec<&str> = records.iter().map(|r| r.host_ifname.as_str()).collect();
-        self.host
+        let (vhost, kernel): (Vec<&Record>, Vec<&Record>) =
+            records.iter().partition(|r| r.route == PortRoute::Port);
+        let names: Vec<&str> = kernel.iter().map(|r| r.host_ifname.as_str()).collect();
+        let mut failed: Vec<(String, Error)> = self
+            .host
             .delete_links(&names)
             .into_iter()
             .map(|(name, e)| (name, Error::from(e)))
-            .collect()
+            .collect();
+        for r in vhost {
+            let removed = match self.vhost_paths(r, false) {
+                Ok(paths) => vhost::remove(&self.vhost, &paths),
+                // No pod UID (a file edited by hand): the link, by its fixed name, at least.
+                Err(_) => {
+                    vhost::remove_link(&self.vhost, &vhost::link_path(&self.vhost, &r.host_ifname))
+                }
+            };
+            if let Err(e) = removed {
+                failed.push((r.host_ifname.to_string(), e));
+            }
+        }
+        failed
     }
 
     /// The MAC of the record's host side, for the result: a veth end's is fixed by its VMI (no
     /// need to ask), a VLAN link's is its parent's.
     pub(crate) fn host_mac(&mut self, record: &Record) -> Result<Option<Mac>> {
+        if record.route == PortRoute::Port {
+            // No host interface: the vRouter's end is a vhost-user socket.
+            return Ok(None);
+        }
         match self.kind {
             VifType::Veth => Ok(Some(Mac(names::host_mac(&record.vmi_uuid)))),
             VifType::Macvlan => Ok(self.host_side(record)?.and_then(|l| l.mac)),
@@ -258,6 +313,9 @@ impl Links {
 
     /// What the host shows of the record's host side.
     pub(crate) fn host_side(&mut self, record: &Record) -> Result<Option<LinkSeen>> {
+        if record.route == PortRoute::Port {
+            return Ok(None);
+        }
         Ok(self.host.link(&record.host_ifname)?.map(seen))
     }
 
@@ -291,6 +349,10 @@ fn seen(l: Link) -> LinkSeen {
 /// Whether the pod has a link named as `record`'s interface that is not that interface (it
 /// does not lead to the record's host side): a retried ADD must not take it for its own.
 pub(crate) fn in_the_way(links: &mut Links, ctr: &mut Socket, record: &Record) -> Result<bool> {
+    if record.route == PortRoute::Port {
+        // A vhost-user attachment makes nothing in the pod's netns.
+        return Ok(false);
+    }
     let Some(pod) = ctr.link(&record.ifname)?.map(seen) else {
         return Ok(false);
     };

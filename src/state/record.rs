@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::STATE_VERSION;
-use crate::ids::{ContainerId, IfName, VmName, VmUuid, VmiUuid, VnUuid};
+use crate::ids::{ContainerId, IfName, PodUid, VmName, VmUuid, VmiUuid, VnUuid};
 use crate::vmi::Claim;
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
@@ -83,6 +83,10 @@ pub struct Record {
     /// record is written without it, as before.
     #[serde(rename = "port-route", default, skip_serializing_if = "Route::is_vm")]
     pub route: Route,
+    /// A vhost-user attachment: the pod's UID (`K8S_POD_UID`), which names its directory under
+    /// `vhost-dir`, so that DEL, GC and the sweep find it without the runtime's arguments.
+    #[serde(rename = "pod-uid", default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<PodUid>,
 }
 
 /// The agent's route a port was registered through; it decides how it is released.

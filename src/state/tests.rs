@@ -36,6 +36,7 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
         claimed_uptime_ms: String::new(),
         vlan: None,
         route: Route::Vm,
+        pod_uid: None,
     }
 }
 
@@ -489,7 +490,10 @@ fn the_port_body_has_every_field_the_agent_requires_with_its_type() {
         ("id", A.to_string()),
         ("instance-id", r.vm_uuid.to_string()),
         ("vn-id", r.vn_uuid.to_string()),
-        ("vm-project-id", "00000000-0000-0000-0000-000000000000".into()),
+        (
+            "vm-project-id",
+            "00000000-0000-0000-0000-000000000000".into(),
+        ),
         ("display-name", POD.to_string()),
         ("ip-address", "0.0.0.0".into()),
         ("ip6-address", String::new()),
@@ -499,7 +503,12 @@ fn the_port_body_has_every_field_the_agent_requires_with_its_type() {
     for (k, v) in &strings {
         assert_eq!(o.get(*k).and_then(|x| x.as_str()), Some(v.as_str()), "{k}");
     }
-    for (k, v) in [("type", 0), ("rx-vlan-id", -1), ("tx-vlan-id", -1), ("vhostuser-mode", 1)] {
+    for (k, v) in [
+        ("type", 0),
+        ("rx-vlan-id", -1),
+        ("tx-vlan-id", -1),
+        ("vhostuser-mode", 1),
+    ] {
         assert!(o[k].is_i64(), "{k} must be an integer: {}", o[k]);
         assert_eq!(o[k].as_i64(), Some(v), "{k}");
     }

@@ -1,0 +1,308 @@
+//! The host side of a vhost-user attachment (docs/vhost-user.md): no kernel interface, but a
+//! per-pod directory `<vhost-dir>/<pod-uid>` the pod mounts (and only it), where the DPDK
+//! application creates and listens on `<ifname>.sock`, and a symlink
+//! `<vrouter-socket-dir>/uvh_vif_<system-name>` into it, the fixed path vrouter-dpdk connects to
+//! (as the vhost-user client; `connect()` follows symlinks). The application's socket file is the
+//! application's: never made nor removed here.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, symlink};
+use std::path::{Path, PathBuf};
+
+use crate::config::Contrail;
+use crate::error::{Error, Result};
+use crate::kernel::conflict::Conflict;
+
+/// A unix socket's path is at most 108 bytes with its NUL (`sun_path`); vrouter-dpdk and DPDK
+/// 22.11's virtio-user silently cut it at 107. Every path is checked, never cut.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The prefix vrouter-dpdk gives the socket of a vhost-user port in its socket directory.
+pub const UVH_PREFIX: &str = "uvh_vif_";
+
+/// The node's directories for vhost-user attachments, from its (node-scoped) keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    /// `vrouter-socket-dir`.
+    pub vrouter: PathBuf,
+    /// `vhost-dir`: the root of the per-pod directories.
+    pub root: PathBuf,
+    /// `vhost-pod-dir`: where a pod mounts its own directory.
+    pub pod_mount: PathBuf,
+}
+
+/// Where one attachment's pieces are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    /// `<vrouter-socket-dir>/uvh_vif_<system-name>`, the symlink vrouter-dpdk connects to.
+    pub link: PathBuf,
+    /// `<vhost-dir>/<pod-uid>`.
+    pub pod_dir: PathBuf,
+    /// The socket as the node sees it, the symlink's target.
+    pub socket: PathBuf,
+    /// The socket as the pod sees it (`socketPath`, the application's `path=`).
+    pub pod_socket: PathBuf,
+    /// The JSON file next to the socket that tells the application who it is.
+    pub info: PathBuf,
+}
+
+impl Dirs {
+    pub fn new(conf: &Contrail) -> Dirs {
+        Dirs {
+            vrouter: conf.vrouter_socket_dir.clone(),
+            root: conf.vhost_dir.clone(),
+            pod_mount: conf.vhost_pod_dir.clone(),
+        }
+    }
+
+    /// The paths of the attachment `ifname` of pod `pod_uid`, registered as `system_name`
+    /// (identifiers already checked: no `/`, never `..`). Not checked for length: for removal.
+    pub fn paths(&self, pod_uid: &str, system_name: &str, ifname: &str) -> Paths {
+        let pod_dir = self.root.join(pod_uid);
+        let socket_name = format!("{ifname}.sock");
+        Paths {
+            link: link_path(self, system_name),
+            socket: pod_dir.join(&socket_name),
+            pod_socket: self.pod_mount.join(&socket_name),
+            info: pod_dir.join(format!("{ifname}.json")),
+            pod_dir,
+        }
+    }
+
+    /// [`Dirs::paths`], refused (code 7, naming the key whose directory makes it too long) when
+    /// a socket path, as the node, vrouter-dpdk or the pod sees it, is over
+    /// [`MAX_SOCKET_PATH`] bytes: checked before anything is made.
+    pub fn checked_paths(&self, pod_uid: &str, system_name: &str, ifname: &str) -> Result<Paths> {
+        let p = self.paths(pod_uid, system_name, ifname);
+        for (key, path) in [
+            ("contrail.vrouter-socket-dir", &p.link),
+            ("contrail.vhost-dir", &p.socket),
+            ("contrail.vhost-pod-dir", &p.pod_socket),
+        ] {
+            let len = path.as_os_str().len();
+            if len > MAX_SOCKET_PATH {
+                return Err(Error::config(
+                    key,
+                    format!(
+                        "the vhost-user socket path {} is {len} bytes: unix sockets take at \
+                         most {MAX_SOCKET_PATH} (vrouter-dpdk and DPDK would cut it)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// Makes the pod's directory (and the root) and the symlink vrouter-dpdk connects to. A symlink
+/// already there that points into `root` is a leftover of this plugin's (the name is fixed by
+/// the VMI) and is replaced; anything else is refused. A failure leaves no symlink of ours.
+pub fn create(dirs: &Dirs, p: &Paths) -> Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true).mode(0o755);
+    b.create(&dirs.root)
+        .map_err(Error::io("making the vhost-user directory", &dirs.root))?;
+    match fs::DirBuilder::new().mode(0o755).create(&p.pod_dir) {
+        // The kubelet may have made it for the pod's subPathExpr mount: a directory will do.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let m = fs::symlink_metadata(&p.pod_dir)
+                .map_err(Error::io("reading the vhost-user directory", &p.pod_dir))?;
+            if !m.is_dir() {
+                return Err(not_ours(&p.pod_dir));
+            }
+        }
+        other => other.map_err(Error::io("making the vhost-user directory", &p.pod_dir))?,
+    }
+    crate::crash::point("vhost-dir");
+    match symlink(&p.socket, &p.link) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            if !is_our_link(&p.link, &dirs.root) {
+                return Err(not_ours(&p.link));
+            }
+            log::info!("replacing leftover vhost-user link {}", p.link.display());
+            fs::remove_file(&p.link).map_err(Error::io("removing the vhost-user link", &p.link))?;
+            symlink(&p.socket, &p.link)
+        }
+        other => other,
+    }
+    .map_err(Error::io("making the vhost-user link", &p.link))
+}
+
+/// Removes the symlink (only one pointing into `root`), the JSON file, and the pod's directory
+/// when nothing else is in it: the application's socket, or another attachment's, keeps it.
+/// What is already gone counts as removed.
+pub fn remove(dirs: &Dirs, p: &Paths) -> Result<()> {
+    remove_link(dirs, &p.link)?;
+    gone_ok(fs::remove_file(&p.info)).map_err(Error::io("removing", &p.info))?;
+    match fs::remove_dir(&p.pod_dir) {
+        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTEMPTY as i32) => {
+            log::debug!("{} is not empty: kept", p.pod_dir.display());
+            Ok(())
+        }
+        other => gone_ok(other).map_err(Error::io("removing", &p.pod_dir)),
+    }
+}
+
+/// Removes `link` if it is a symlink into `vhost-dir` (one of this plugin's).
+pub fn remove_link(dirs: &Dirs, link: &Path) -> Result<()> {
+    if is_our_link(link, &dirs.root) {
+        gone_ok(fs::remove_file(link)).map_err(Error::io("removing the vhost-user link", link))?;
+    }
+    Ok(())
+}
+
+/// The link vrouter-dpdk connects to for the port `system_name`.
+pub fn link_path(dirs: &Dirs, system_name: &str) -> PathBuf {
+    dirs.vrouter.join(format!("{UVH_PREFIX}{system_name}"))
+}
+
+/// Whether `link` is a symlink whose target is inside `root`.
+fn is_our_link(link: &Path, root: &Path) -> bool {
+    fs::read_link(link).is_ok_and(|t| t.starts_with(root))
+}
+
+fn gone_ok(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn not_ours(path: &Path) -> Error {
+    Error::Interface(Conflict::NotOurs {
+        name: path.display().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "7f1a2b3c-0000-4000-8000-000000000001";
+
+    fn dirs(base: &Path) -> Dirs {
+        Dirs {
+            vrouter: base.join("vrouter"),
+            root: base.join("vhost"),
+            pod_mount: PathBuf::from("/var/run/vhost"),
+        }
+    }
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("ck8s-vhost-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(p.join("vrouter")).unwrap();
+        p
+    }
+
+    #[test]
+    fn paths_follow_the_vrouters_fixed_name_and_the_pods_uid() {
+        let d = Dirs {
+            vrouter: "/var/run/vrouter".into(),
+            root: "/var/run/contrail-k8s-cni/vhost".into(),
+            pod_mount: "/var/run/vhost".into(),
+        };
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        assert_eq!(p.link, Path::new("/var/run/vrouter/uvh_vif_tap0123456789a"));
+        assert_eq!(
+            p.socket,
+            Path::new("/var/run/contrail-k8s-cni/vhost")
+                .join(UID)
+                .join("net1.sock")
+        );
+        assert_eq!(p.pod_socket, Path::new("/var/run/vhost/net1.sock"));
+        assert_eq!(p.info, p.pod_dir.join("net1.json"));
+    }
+
+    #[test]
+    fn a_path_over_107_bytes_is_refused_naming_its_key() {
+        let long = |n: usize| PathBuf::from(format!("/{}", "d".repeat(n)));
+        let ok = Dirs {
+            vrouter: "/var/run/vrouter".into(),
+            root: "/r".into(),
+            pod_mount: "/p".into(),
+        };
+        // /r/<36>/<15>.sock: 2 + 1 + 36 + 1 + 20 = 60 bytes; 107 exactly passes.
+        let at_limit = Dirs {
+            root: long(107 - 1 - 36 - 1 - "net1.sock".len() - 1),
+            ..ok.clone()
+        };
+        assert_eq!(
+            at_limit
+                .checked_paths(UID, "tap0123456789a", "net1")
+                .unwrap()
+                .socket
+                .as_os_str()
+                .len(),
+            107
+        );
+        for (d, key) in [
+            (
+                Dirs {
+                    root: long(80),
+                    ..ok.clone()
+                },
+                "vhost-dir",
+            ),
+            (
+                Dirs {
+                    vrouter: long(90),
+                    ..ok.clone()
+                },
+                "vrouter-socket-dir",
+            ),
+            (
+                Dirs {
+                    pod_mount: long(100),
+                    ..ok.clone()
+                },
+                "vhost-pod-dir",
+            ),
+        ] {
+            let e = d.checked_paths(UID, "tap0123456789a", "net1").unwrap_err();
+            assert!(e.to_string().contains(key), "{key}: {e}");
+            assert_eq!(e.code(), 7, "{e}");
+        }
+    }
+
+    #[test]
+    fn create_then_remove_leaves_the_applications_socket_alone() {
+        let base = tempdir("life");
+        let d = dirs(&base);
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        create(&d, &p).unwrap();
+        assert_eq!(fs::read_link(&p.link).unwrap(), p.socket);
+        // Again (a retried ADD): the leftover link is ours and replaced.
+        create(&d, &p).unwrap();
+        // The application's socket (a plain file stands in) keeps the directory.
+        fs::write(&p.socket, b"").unwrap();
+        fs::write(&p.info, b"{}").unwrap();
+        remove(&d, &p).unwrap();
+        assert!(fs::symlink_metadata(&p.link).is_err());
+        assert!(!p.info.exists());
+        assert!(p.socket.exists());
+        fs::remove_file(&p.socket).unwrap();
+        remove(&d, &p).unwrap();
+        assert!(!p.pod_dir.exists());
+        // Removing what is gone is done.
+        remove(&d, &p).unwrap();
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_link_that_is_not_ours_is_refused_and_kept() {
+        let base = tempdir("foreign");
+        let d = dirs(&base);
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        symlink("/elsewhere/sock", &p.link).unwrap();
+        assert!(create(&d, &p).is_err());
+        remove(&d, &p).unwrap();
+        assert_eq!(
+            fs::read_link(&p.link).unwrap(),
+            Path::new("/elsewhere/sock")
+        );
+        fs::remove_dir_all(&base).unwrap();
+    }
+}
