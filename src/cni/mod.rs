@@ -44,6 +44,8 @@ pub enum EnvProblem {
     Netns { path: String, source: io::Error },
     /// CNI_ARGS without the pod's name, which ADD needs.
     NoPodName,
+    /// ADD of a vhost-user attachment without `K8S_POD_UID` (it names the pod's directory).
+    NoPodUid,
 }
 
 impl BadEnv {
@@ -88,6 +90,10 @@ impl fmt::Display for EnvProblem {
             EnvProblem::NoPodName => {
                 f.write_str("K8S_POD_NAME is missing; ADD needs the pod's name")
             }
+            EnvProblem::NoPodUid => f.write_str(
+                "K8S_POD_UID is missing; a vhost-user attachment needs the pod's UID (it names \
+                 the pod's socket directory)",
+            ),
         }
     }
 }
@@ -175,6 +181,8 @@ pub struct Interface {
     pub mac: String,
     pub mtu: u32,
     pub sandbox: Option<String>,
+    /// A vhost-user attachment: the socket as the pod sees it (CNI 1.1's `socketPath`).
+    pub socket_path: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +220,9 @@ impl Outcome {
                 }
                 if let Some(s) = &i.sandbox {
                     v["sandbox"] = json!(s);
+                }
+                if let Some(p) = i.socket_path.as_ref().filter(|_| version >= Version::V110) {
+                    v["socketPath"] = json!(p);
                 }
                 v
             })
@@ -584,12 +595,14 @@ mod tests {
                     mac: "aa:bb:cc:dd:ee:ff".into(),
                     mtu: 1500,
                     sandbox: None,
+                    socket_path: None,
                 },
                 Interface {
                     name: "net1".into(),
                     mac: "02:00:00:00:00:01".into(),
                     mtu: 1500,
                     sandbox: Some("/run/netns/x".into()),
+                    socket_path: None,
                 },
             ],
             ips: vec![

@@ -51,6 +51,24 @@ pub fn from_args(args: &str) -> Result<Option<Pod>, BadEnv> {
     }))
 }
 
+/// The pod's UID (`K8S_POD_UID`), which names a vhost-user attachment's directory: `None` when
+/// the runtime sent none; one that is not a UUID is refused (it becomes a directory name).
+pub fn uid_from_args(args: &str) -> Result<Option<crate::ids::PodUid>, BadEnv> {
+    lookup(args, "K8S_POD_UID")
+        .map(|u| {
+            crate::ids::PodUid::parse(u).map_err(|_| {
+                BadEnv::new(
+                    "CNI_ARGS",
+                    EnvProblem::BadName {
+                        key: Some("K8S_POD_UID"),
+                        value: u.to_string(),
+                    },
+                )
+            })
+        })
+        .transpose()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,14 +13,15 @@ use crate::agent::Agent;
 use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
 use crate::commands::call::{Call, open_netns};
-use crate::config::{Mode, NetConf};
+use crate::config::{InterfaceType, Mode, NetConf, VifType};
 use crate::error::{Conflict, During, Error, Malformed, Result};
-use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
+use crate::ids::{ContainerId, IfName, PodUid, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Links};
 use crate::kernel::netlink::{Netns, Socket};
+use crate::kernel::vhost;
 use crate::state::ledger::{self, Registered};
-use crate::state::{PodDir, PodFiles, Record, STATE_VERSION, StateDir};
+use crate::state::{PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
 use crate::text::Shown;
 use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
 
@@ -31,6 +32,8 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         .pod
         .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodName))?;
     warn_about_requests(call.conf, call.env);
+    // A vhost-user attachment is refused before anything (code 7) where it cannot work.
+    let vhost = vhost_ready(call.conf, call.env, call.interface)?;
     let netns = open_netns(&call.env.netns)?;
     let contrail = &call.conf.contrail;
     let dir = &contrail.config_dir;
@@ -58,6 +61,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
             netns,
             state,
             vm_name,
+            vhost,
         };
         add.run(pod, &mut call.vmis)
     })
@@ -75,6 +79,43 @@ struct Add<'a> {
     netns: Netns,
     state: StateDir,
     vm_name: String,
+    /// A vhost-user attachment (`interface-type`): the pod's UID, which names its directory.
+    vhost: Option<PodUid>,
+}
+
+/// Whether the network's attachment can be a vhost-user one here, before anything is made: the
+/// node's vRouter is DPDK (`vrouter-mode`, or `dpdk_netlink` in its socket directory), it has
+/// its own vRouter (`vif-type` `veth`), the runtime sent the pod's UID, and every socket path
+/// fits in 107 bytes. The pod's UID for a vhost-user attachment, `None` for a veth one.
+fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<PodUid>> {
+    let c = &conf.contrail;
+    if c.interface_type != InterfaceType::VhostUser {
+        return Ok(None);
+    }
+    let refuse = |why: &str| Err(Error::config("contrail.interface-type", why));
+    if c.mode != Mode::Plugin {
+        return refuse("vhost-user is for plugin mode (one attachment per call) so far");
+    }
+    if c.vif_type != VifType::Veth {
+        return refuse(
+            "vhost-user needs the node's own DPDK vRouter; this node is nested (vif-type macvlan)",
+        );
+    }
+    if !c.vrouter_is_dpdk() {
+        return refuse(&format!(
+            "vhost-user needs a DPDK vRouter; this node's vRouter is in kernel mode (no {} in \
+             {}; vrouter-mode {:?})",
+            crate::config::DPDK_NETLINK,
+            c.vrouter_socket_dir.display(),
+            c.vrouter_mode
+        ));
+    }
+    let uid = crate::cni::pod::uid_from_args(&env.args)?
+        .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodUid))?;
+    // Every host-side name has the same length: any VMI's checks the paths.
+    let system_name = crate::kernel::names::host_ifname("00000000-0000-0000-0000-000000000000");
+    vhost::Dirs::new(c).checked_paths(&uid, &system_name, ifname)?;
+    Ok(Some(uid))
 }
 
 /// The claims an ADD recorded.
@@ -183,6 +224,10 @@ impl Add<'_> {
                 self.links.host_name(&w.vmi.uuid),
             )?;
             record.mtu = self.conf.contrail.mtu.to_string();
+            if let Some(uid) = &self.vhost {
+                record.route = Route::Port;
+                record.pod_uid = Some(uid.clone());
+            }
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
             }
@@ -282,6 +327,12 @@ impl Add<'_> {
             .collect::<Result<Vec<Spec>>>()?;
         let mut outcomes = Vec::with_capacity(specs.len());
         for (spec, r) in specs.iter().zip(records) {
+            if r.route == Route::Port {
+                // Nothing in the pod's netns: the application configures its port itself.
+                let paths = self.links.vhost_paths(r, true)?;
+                outcomes.push(spec.vhost_outcome(&paths.pod_socket.to_string_lossy()));
+                continue;
+            }
             let defaults = links::configure(&mut self.ctr, spec)?;
             let host_mac = self.links.host_mac(r)?;
             outcomes.push(spec.outcome(host_mac, &defaults));
@@ -404,7 +455,7 @@ fn record(
         claimed_boot: crate::state::files::boot_id(),
         claimed_uptime_ms: crate::state::files::uptime().as_millis().to_string(),
         vlan: None,
-        route: crate::state::Route::Vm,
+        route: Route::Vm,
         pod_uid: None,
     })
 }

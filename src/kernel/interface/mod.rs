@@ -320,12 +320,14 @@ impl Spec {
                     mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
                     mtu: self.mtu,
                     sandbox: None,
+                    socket_path: None,
                 },
                 Interface {
                     name: self.ifname.clone(),
                     mac: self.mac.to_string(),
                     mtu: self.mtu,
                     sandbox: Some(self.netns.clone()),
+                    socket_path: None,
                 },
             ],
             ips: self
@@ -338,6 +340,40 @@ impl Spec {
                 })
                 .collect(),
             routes: defaults
+                .iter()
+                .map(|(dst, gw)| cni::Route {
+                    dst: *dst,
+                    gw: Some(*gw),
+                })
+                .collect(),
+            nameservers: self.nameservers.clone(),
+        }
+    }
+
+    /// The CNI result of a vhost-user attachment: no host side and nothing in the pod's
+    /// netns, one interface with `sandbox` (so that Multus copies it and its addresses into
+    /// `network-status`), the VMI's MAC and the socket as the pod sees it; the agent's
+    /// addresses and the routes the application is to use.
+    pub fn vhost_outcome(&self, socket_path: &str) -> Outcome {
+        Outcome {
+            interfaces: vec![Interface {
+                name: self.ifname.clone(),
+                mac: self.mac.to_string(),
+                mtu: self.mtu,
+                sandbox: Some(self.netns.clone()),
+                socket_path: Some(socket_path.to_string()),
+            }],
+            ips: self
+                .addresses
+                .iter()
+                .map(|(address, gateway)| cni::IpConfig {
+                    address: *address,
+                    gateway: *gateway,
+                    interface: 0,
+                })
+                .collect(),
+            routes: self
+                .defaults
                 .iter()
                 .map(|(dst, gw)| cni::Route {
                     dst: *dst,

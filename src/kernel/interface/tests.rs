@@ -289,3 +289,23 @@ fn prev_result_entries_must_be_there_as_listed() {
         .push(json!({"name": "eth9", "sandbox": "/run/netns/x"}));
     assert_eq!(verify_listed(&prev(chained), &s, &seen), Ok(()));
 }
+
+#[test]
+fn a_vhost_user_result_has_one_interface_with_its_sandbox_and_socket_path() {
+    let r = record(true);
+    let ip = ip(Some("10.0.0.5"), Some("10.0.0.1"), None, None);
+    let spec = describe(&r, &ip, 1500).unwrap();
+    let out = spec.vhost_outcome("/var/run/vhost/net1.sock");
+    let j = out.to_json(crate::cni::Version::V110);
+    let ifs = j["interfaces"].as_array().unwrap();
+    assert_eq!(ifs.len(), 1, "{j}");
+    assert_eq!(ifs[0]["name"], "net1");
+    assert_eq!(ifs[0]["sandbox"], "/run/netns/x");
+    assert_eq!(ifs[0]["mac"], "02:00:00:00:00:01");
+    assert_eq!(ifs[0]["socketPath"], "/var/run/vhost/net1.sock");
+    assert_eq!(j["ips"][0]["interface"], 0);
+    assert_eq!(j["ips"][0]["address"], "10.0.0.5/32");
+    // socketPath is CNI 1.1's: an older result has no such key.
+    let j = out.to_json(crate::cni::Version::V100);
+    assert!(j["interfaces"][0].get("socketPath").is_none(), "{j}");
+}
