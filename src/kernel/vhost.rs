@@ -145,6 +145,12 @@ pub fn remove(dirs: &Dirs, p: &Paths) -> Result<()> {
     }
 }
 
+/// Whether the link vrouter-dpdk connects to is there and leads to the pod's socket (CHECK; the
+/// socket itself is the application's, there or not).
+pub fn intact(p: &Paths) -> bool {
+    fs::read_link(&p.link).is_ok_and(|t| t == p.socket)
+}
+
 /// Removes `link` if it is a symlink into `vhost-dir` (one of this plugin's).
 pub fn remove_link(dirs: &Dirs, link: &Path) -> Result<()> {
     if is_our_link(link, &dirs.root) {
