@@ -270,7 +270,9 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     let mut pending = files.pending;
     let mut live = Vec::new();
     for r in files.records {
-        if !crate::kernel::netlink::netns_gone(&r.netns) {
+        // A vhost-user attachment stays live: its link and directory outlive the netns (its
+        // DEL, GC or the sweep removes them), and it costs the `/vm` resync nothing.
+        if r.route == Route::Port || !crate::kernel::netlink::netns_gone(&r.netns) {
             live.push(r);
             continue;
         }
