@@ -330,7 +330,9 @@ impl Add<'_> {
             if r.route == Route::Port {
                 // Nothing in the pod's netns: the application configures its port itself.
                 let paths = self.links.vhost_paths(r, true)?;
-                outcomes.push(spec.vhost_outcome(&paths.pod_socket.to_string_lossy()));
+                let outcome = spec.vhost_outcome(&paths.pod_socket.to_string_lossy());
+                vhost::write_info(&paths, &vhost::info(&outcome, &r.vmi_uuid))?;
+                outcomes.push(outcome);
                 continue;
             }
             let defaults = links::configure(&mut self.ctr, spec)?;

@@ -145,6 +145,36 @@ pub fn remove(dirs: &Dirs, p: &Paths) -> Result<()> {
     }
 }
 
+/// The JSON file next to the socket, for applications that read no Kubernetes API: where the
+/// socket is as the pod sees it, that the application is the vhost-user server, and the
+/// interface's MAC, MTU, addresses, routes and DNS as the CNI result has them.
+pub fn info(outcome: &crate::cni::Outcome, vmi: &str) -> serde_json::Value {
+    let result = outcome.to_json(crate::cni::Version::V110);
+    let first = &result["interfaces"][0];
+    serde_json::json!({
+        "socketPath": first["socketPath"],
+        "mode": "server",
+        "mac": first["mac"],
+        "mtu": first["mtu"],
+        "vmi": vmi,
+        "ips": result["ips"],
+        "routes": result.get("routes").cloned().unwrap_or_else(|| serde_json::json!([])),
+        "dns": result.get("dns").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+/// Writes [`info`] next to the socket: whole or not at all (a temporary file renamed).
+pub fn write_info(p: &Paths, info: &serde_json::Value) -> Result<()> {
+    let tmp = p.info.with_extension("json.tmp");
+    let bytes = serde_json::to_vec_pretty(info).unwrap_or_default();
+    fs::write(&tmp, bytes)
+        .and_then(|()| fs::rename(&tmp, &p.info))
+        .map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            Error::io("writing", &p.info)(e)
+        })
+}
+
 /// Whether the link vrouter-dpdk connects to is there and leads to the pod's socket (CHECK; the
 /// socket itself is the application's, there or not).
 pub fn intact(p: &Paths) -> bool {
@@ -294,6 +324,42 @@ mod tests {
         assert!(!p.pod_dir.exists());
         // Removing what is gone is done.
         remove(&d, &p).unwrap();
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn the_info_file_tells_the_application_where_and_who_it_is() {
+        use crate::cni::{Interface, IpConfig, Outcome};
+        let out = Outcome {
+            interfaces: vec![Interface {
+                name: "net1".into(),
+                mac: "02:00:00:00:00:01".into(),
+                mtu: 1500,
+                sandbox: Some("/run/netns/x".into()),
+                socket_path: Some("/var/run/vhost/net1.sock".into()),
+            }],
+            ips: vec![IpConfig {
+                address: "10.0.0.5/24".parse().unwrap(),
+                gateway: Some("10.0.0.1".parse().unwrap()),
+                interface: 0,
+            }],
+            ..Outcome::default()
+        };
+        let i = info(&out, "b86ac068-cf0e-11e8-b196-002590000001");
+        assert_eq!(i["socketPath"], "/var/run/vhost/net1.sock");
+        assert_eq!(i["mode"], "server");
+        assert_eq!(i["mac"], "02:00:00:00:00:01");
+        assert_eq!(i["ips"][0]["address"], "10.0.0.5/24");
+        assert_eq!(i["ips"][0]["gateway"], "10.0.0.1");
+        let base = tempdir("info");
+        let d = dirs(&base);
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        create(&d, &p).unwrap();
+        write_info(&p, &i).unwrap();
+        let back: serde_json::Value = serde_json::from_slice(&fs::read(&p.info).unwrap()).unwrap();
+        assert_eq!(back, i);
+        remove(&d, &p).unwrap();
+        assert!(!p.pod_dir.exists());
         fs::remove_dir_all(&base).unwrap();
     }
 
