@@ -13,7 +13,7 @@ use crate::agent::Agent;
 use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
 use crate::commands::call::{Call, open_netns};
-use crate::config::{InterfaceType, Mode, NetConf, VifType};
+use crate::config::{InterfaceType, Mode, NetConf, VifType, VrouterMode};
 use crate::error::{Conflict, During, Error, Malformed, Result};
 use crate::ids::{ContainerId, IfName, PodUid, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
@@ -102,12 +102,16 @@ fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<PodU
         );
     }
     if !c.vrouter_is_dpdk() {
+        let how = match c.vrouter_mode {
+            VrouterMode::Kernel => "vrouter-mode kernel".to_string(),
+            _ => format!(
+                "no {} in {}",
+                crate::config::DPDK_NETLINK,
+                c.vrouter_socket_dir.display()
+            ),
+        };
         return refuse(&format!(
-            "vhost-user needs a DPDK vRouter; this node's vRouter is in kernel mode (no {} in \
-             {}; vrouter-mode {:?})",
-            crate::config::DPDK_NETLINK,
-            c.vrouter_socket_dir.display(),
-            c.vrouter_mode
+            "vhost-user needs a DPDK vRouter; this node's vRouter is in kernel mode ({how})"
         ));
     }
     let uid = crate::cni::pod::uid_from_args(&env.args)?
