@@ -137,4 +137,25 @@ mod tests {
             assert_eq!(crate::error::Error::from(err).code(), code::INVALID_ENV);
         }
     }
+
+    #[test]
+    fn the_pod_uid_is_a_uuid_or_absent() {
+        let u = "7f1a2b3c-0000-4000-8000-000000000001";
+        let got = uid_from_args(&format!("K8S_POD_NAME=p;K8S_POD_UID={u}")).unwrap();
+        assert_eq!(got.unwrap().as_str(), u);
+        assert!(
+            uid_from_args("K8S_POD_NAME=p;K8S_POD_UID=")
+                .unwrap()
+                .is_none()
+        );
+        assert!(uid_from_args("K8S_POD_NAME=p").unwrap().is_none());
+        for bad in ["../../etc", "x", "7f1a2b3c-0000-4000-8000-00000000000/"] {
+            let err = uid_from_args(&format!("K8S_POD_UID={bad}")).unwrap_err();
+            assert_eq!(
+                crate::error::Error::from(err).code(),
+                code::INVALID_ENV,
+                "{bad}"
+            );
+        }
+    }
 }
