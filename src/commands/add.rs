@@ -79,15 +79,24 @@ struct Add<'a> {
     netns: Netns,
     state: StateDir,
     vm_name: String,
-    /// A vhost-user attachment (`interface-type`): the pod's UID, which names its directory.
-    vhost: Option<PodUid>,
+    /// A vhost-user attachment (`interface-type`).
+    vhost: Option<Vhost>,
+}
+
+/// What a vhost-user attachment's record takes from the call.
+struct Vhost {
+    /// The pod's UID, which names its directory.
+    uid: PodUid,
+    /// The device-info file the runtime asked for, checked to be in `device-info-dir`.
+    device_info: Option<std::path::PathBuf>,
 }
 
 /// Whether the network's attachment can be a vhost-user one here, before anything is made: the
 /// node's vRouter is DPDK (`vrouter-mode`, or `dpdk_netlink` in its socket directory), it has
 /// its own vRouter (`vif-type` `veth`), the runtime sent the pod's UID, and every socket path
-/// fits in 107 bytes. The pod's UID for a vhost-user attachment, `None` for a veth one.
-fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<PodUid>> {
+/// fits in 107 bytes; a device-info file it asks for is in the node's directory for them.
+/// `None` for a veth attachment.
+fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<Vhost>> {
     let c = &conf.contrail;
     if c.interface_type != InterfaceType::VhostUser {
         return Ok(None);
@@ -118,8 +127,14 @@ fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<PodU
         .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodUid))?;
     // Every host-side name has the same length: any VMI's checks the paths.
     let system_name = crate::kernel::names::host_ifname("00000000-0000-0000-0000-000000000000");
-    vhost::Dirs::new(c).checked_paths(&uid, &system_name, ifname)?;
-    Ok(Some(uid))
+    let dirs = vhost::Dirs::new(c);
+    dirs.checked_paths(&uid, &system_name, ifname)?;
+    let asked = conf
+        .runtime_config
+        .as_ref()
+        .and_then(|r| r.get("CNIDeviceInfoFile"));
+    let device_info = dirs.device_info_file(asked)?;
+    Ok(Some(Vhost { uid, device_info }))
 }
 
 /// The claims an ADD recorded.
@@ -228,9 +243,10 @@ impl Add<'_> {
                 self.links.host_name(&w.vmi.uuid),
             )?;
             record.mtu = self.conf.contrail.mtu.to_string();
-            if let Some(uid) = &self.vhost {
+            if let Some(v) = &self.vhost {
                 record.route = Route::Port;
-                record.pod_uid = Some(uid.clone());
+                record.pod_uid = Some(v.uid.clone());
+                record.device_info = v.device_info.clone();
             }
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
@@ -463,6 +479,7 @@ fn record(
         vlan: None,
         route: Route::Vm,
         pod_uid: None,
+        device_info: None,
     })
 }
 

@@ -89,6 +89,9 @@ pub struct Contrail {
     pub vhost_pod_dir: PathBuf,
     /// Whether the node's vRouter is DPDK, or how to tell.
     pub vrouter_mode: VrouterMode,
+    /// The one directory where a runtime's `CNIDeviceInfoFile` may be (Multus's device-info
+    /// directory): the path comes with a network's config, the directory from the node.
+    pub device_info_dir: PathBuf,
 }
 
 impl Contrail {
@@ -122,6 +125,7 @@ impl Default for Contrail {
             vhost_dir: PathBuf::from("/var/run/contrail-k8s-cni/vhost"),
             vhost_pod_dir: PathBuf::from("/var/run/vhost"),
             vrouter_mode: VrouterMode::Auto,
+            device_info_dir: PathBuf::from("/var/run/k8s.cni.cncf.io/devinfo/cni"),
         }
     }
 }

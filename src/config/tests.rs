@@ -144,6 +144,12 @@ fn node_values() -> Vec<(&'static str, Value, Value, Value)> {
             json!("auto"),
             json!("kernel"),
         ),
+        (
+            "device-info-dir",
+            json!("/var/run/k8s.cni.cncf.io/devinfo/cni"),
+            json!("/var/run/k8s.cni.cncf.io/devinfo/cni"),
+            json!("/etc"),
+        ),
     ]
 }
 

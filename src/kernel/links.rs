@@ -139,12 +139,14 @@ impl Links {
                 "a vhost-user attachment needs the pod's UID (it names the pod's directory)",
             )
         })?;
-        Ok(if checked {
+        let mut paths = if checked {
             self.vhost
                 .checked_paths(uid, &record.host_ifname, &record.ifname)?
         } else {
             self.vhost.paths(uid, &record.host_ifname, &record.ifname)
-        })
+        };
+        paths.device_info = record.device_info.clone();
+        Ok(paths)
     }
 
     /// A veth: the host end by its derived name (up), the other end directly in the pod.
@@ -317,6 +319,12 @@ impl Links {
             return Ok(None);
         }
         Ok(self.host.link(&record.host_ifname)?.map(seen))
+    }
+
+    /// The `uvh_vif_` links into `vhost-dir` in vrouter-dpdk's socket directory, for
+    /// `inspect`: (name, path).
+    pub(crate) fn vhost_links(&self) -> Vec<(String, std::path::PathBuf)> {
+        vhost::our_links(&self.vhost)
     }
 
     /// The node's links named as this plugin names them, for `inspect`.

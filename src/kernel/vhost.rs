@@ -3,7 +3,8 @@
 //! application creates and listens on `<ifname>.sock`, and a symlink
 //! `<vrouter-socket-dir>/uvh_vif_<system-name>` into it, the fixed path vrouter-dpdk connects to
 //! (as the vhost-user client; `connect()` follows symlinks). The application's socket file is the
-//! application's: never made nor removed here.
+//! application's: never made here, and removed only when nothing listens on it any more (a
+//! DPDK application killed leaves its socket behind, which would keep the pod's directory).
 
 use std::fs;
 use std::io;
@@ -30,6 +31,8 @@ pub struct Dirs {
     pub root: PathBuf,
     /// `vhost-pod-dir`: where a pod mounts its own directory.
     pub pod_mount: PathBuf,
+    /// `device-info-dir`: the only directory a device-info file is written in.
+    pub device_info: PathBuf,
 }
 
 /// Where one attachment's pieces are.
@@ -45,6 +48,8 @@ pub struct Paths {
     pub pod_socket: PathBuf,
     /// The JSON file next to the socket that tells the application who it is.
     pub info: PathBuf,
+    /// The runtime's device-info file (NPWG), when it asked for one.
+    pub device_info: Option<PathBuf>,
 }
 
 impl Dirs {
@@ -53,6 +58,7 @@ impl Dirs {
             vrouter: conf.vrouter_socket_dir.clone(),
             root: conf.vhost_dir.clone(),
             pod_mount: conf.vhost_pod_dir.clone(),
+            device_info: conf.device_info_dir.clone(),
         }
     }
 
@@ -67,6 +73,7 @@ impl Dirs {
             pod_socket: self.pod_mount.join(&socket_name),
             info: pod_dir.join(format!("{ifname}.json")),
             pod_dir,
+            device_info: None,
         }
     }
 
@@ -94,6 +101,48 @@ impl Dirs {
         }
         Ok(p)
     }
+
+    /// The device-info file a runtime asks for (`runtimeConfig.CNIDeviceInfoFile`, which Multus
+    /// sets when the pod got a device for the network), if any. The path arrives with the
+    /// network's config, which a tenant may write: it is taken only as a plain file name right
+    /// in `device-info-dir`, and refused (code 7) otherwise, before anything is made.
+    pub fn device_info_file(&self, asked: Option<&serde_json::Value>) -> Result<Option<PathBuf>> {
+        let Some(asked) = asked else {
+            return Ok(None);
+        };
+        const KEY: &str = "runtimeConfig.CNIDeviceInfoFile";
+        let path = asked
+            .as_str()
+            .map(Path::new)
+            .ok_or_else(|| Error::config(KEY, "must be a path"))?;
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let plain = !name.is_empty()
+            && !name.starts_with('.')
+            && name.len() <= 255
+            && !name.chars().any(char::is_control);
+        if !plain || path.parent() != Some(self.device_info.as_path()) {
+            return Err(Error::config(
+                KEY,
+                format!(
+                    "{} is not a file in {} (device-info-dir, the node's): a device-info file \
+                     is written nowhere else",
+                    crate::text::Shown(&path.display().to_string()),
+                    self.device_info.display()
+                ),
+            ));
+        }
+        Ok(Some(path.to_path_buf()))
+    }
+}
+
+/// The NPWG device-info (spec 1.1.0) of a vhost-user attachment: the application is the server,
+/// at its socket path as the pod sees it.
+pub fn device_info(p: &Paths) -> serde_json::Value {
+    serde_json::json!({
+        "type": "vhost-user",
+        "version": "1.1.0",
+        "vhost-user": { "mode": "server", "path": p.pod_socket },
+    })
 }
 
 /// Makes the pod's directory (and the root) and the symlink vrouter-dpdk connects to. A symlink
@@ -130,12 +179,26 @@ pub fn create(dirs: &Dirs, p: &Paths) -> Result<()> {
     .map_err(Error::io("making the vhost-user link", &p.link))
 }
 
-/// Removes the symlink (only one pointing into `root`), the JSON file, and the pod's directory
-/// when nothing else is in it: the application's socket, or another attachment's, keeps it.
-/// What is already gone counts as removed.
+/// Removes the symlink (only one pointing into `root`), the JSON file, the device-info file
+/// (only one in `device-info-dir`), the application's socket once nothing listens on it, and
+/// the pod's directory when nothing else is in it: a live socket, or another attachment's,
+/// keeps it. What is already gone counts as removed.
 pub fn remove(dirs: &Dirs, p: &Paths) -> Result<()> {
     remove_link(dirs, &p.link)?;
-    gone_ok(fs::remove_file(&p.info)).map_err(Error::io("removing", &p.info))?;
+    let device_info = p
+        .device_info
+        .as_ref()
+        .filter(|d| d.parent() == Some(dirs.device_info.as_path()));
+    for file in [Some(&p.info), device_info].into_iter().flatten() {
+        gone_ok(fs::remove_file(file)).map_err(Error::io("removing", file))?;
+    }
+    if stale_socket(&p.socket) {
+        log::info!(
+            "removing {}: a socket nothing listens on",
+            p.socket.display()
+        );
+        gone_ok(fs::remove_file(&p.socket)).map_err(Error::io("removing", &p.socket))?;
+    }
     match fs::remove_dir(&p.pod_dir) {
         Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTEMPTY as i32) => {
             log::debug!("{} is not empty: kept", p.pod_dir.display());
@@ -163,16 +226,53 @@ pub fn info(outcome: &crate::cni::Outcome, vmi: &str) -> serde_json::Value {
     })
 }
 
-/// Writes [`info`] next to the socket: whole or not at all (a temporary file renamed).
+/// Writes [`info`] next to the socket, and the [`device_info`] file when the runtime asked for
+/// one.
 pub fn write_info(p: &Paths, info: &serde_json::Value) -> Result<()> {
-    let tmp = p.info.with_extension("json.tmp");
-    let bytes = serde_json::to_vec_pretty(info).unwrap_or_default();
-    fs::write(&tmp, bytes)
-        .and_then(|()| fs::rename(&tmp, &p.info))
+    write_json(&p.info, info)?;
+    match &p.device_info {
+        Some(path) => {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(Error::io("making the device-info directory", dir))?;
+            write_json(path, &device_info(p))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Whole or not at all: a new temporary file renamed over `path` (which replaces a symlink
+/// there rather than follow it).
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
+    let _ = fs::remove_file(&tmp);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| io::Write::write_all(&mut f, &bytes))
+        .and_then(|()| fs::rename(&tmp, path))
         .map_err(|e| {
             let _ = fs::remove_file(&tmp);
-            Error::io("writing", &p.info)(e)
+            Error::io("writing", path)(e)
         })
+}
+
+/// Whether `path` is a unix socket no process listens on (`connect()` refused): what a DPDK
+/// application leaves when it is killed. A live one gets a connection it sees closed at once,
+/// as when vrouter-dpdk restarts.
+fn stale_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    is_socket
+        && std::os::unix::net::UnixStream::connect(path)
+            .is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused)
 }
 
 /// Whether the link vrouter-dpdk connects to is there and leads to the pod's socket (CHECK; the
@@ -191,7 +291,29 @@ pub fn remove_link(dirs: &Dirs, link: &Path) -> Result<()> {
 
 /// The link vrouter-dpdk connects to for the port `system_name`.
 pub fn link_path(dirs: &Dirs, system_name: &str) -> PathBuf {
-    dirs.vrouter.join(format!("{UVH_PREFIX}{system_name}"))
+    dirs.vrouter.join(link_name(system_name))
+}
+
+/// The name vrouter-dpdk gives the socket of the port `system_name`.
+pub fn link_name(system_name: &str) -> String {
+    format!("{UVH_PREFIX}{system_name}")
+}
+
+/// This plugin's links in vrouter-dpdk's socket directory (symlinks `uvh_vif_*` into
+/// `vhost-dir`), sorted: (name, path).
+pub fn our_links(dirs: &Dirs) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = fs::read_dir(&dirs.vrouter)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let path = e.path();
+            (name.starts_with(UVH_PREFIX) && is_our_link(&path, &dirs.root)).then_some((name, path))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Whether `link` is a symlink whose target is inside `root`.
@@ -223,6 +345,7 @@ mod tests {
             vrouter: base.join("vrouter"),
             root: base.join("vhost"),
             pod_mount: PathBuf::from("/var/run/vhost"),
+            device_info: base.join("devinfo"),
         }
     }
 
@@ -239,6 +362,7 @@ mod tests {
             vrouter: "/var/run/vrouter".into(),
             root: "/var/run/contrail-k8s-cni/vhost".into(),
             pod_mount: "/var/run/vhost".into(),
+            device_info: "/var/run/k8s.cni.cncf.io/devinfo/cni".into(),
         };
         let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
         assert_eq!(p.link, Path::new("/var/run/vrouter/uvh_vif_tap0123456789a"));
@@ -259,6 +383,7 @@ mod tests {
             vrouter: "/var/run/vrouter".into(),
             root: "/r".into(),
             pod_mount: "/p".into(),
+            device_info: "/d".into(),
         };
         // /r/<36>/<15>.sock: 2 + 1 + 36 + 1 + 20 = 60 bytes; 107 exactly passes.
         let at_limit = Dirs {
@@ -375,6 +500,70 @@ mod tests {
             fs::read_link(&p.link).unwrap(),
             Path::new("/elsewhere/sock")
         );
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_device_info_file_is_taken_only_right_in_the_nodes_directory() {
+        let d = dirs(Path::new("/n"));
+        let ok = serde_json::json!("/n/devinfo/cni-net1-0.json");
+        assert_eq!(
+            d.device_info_file(Some(&ok)).unwrap(),
+            Some(PathBuf::from("/n/devinfo/cni-net1-0.json"))
+        );
+        assert_eq!(d.device_info_file(None).unwrap(), None);
+        for bad in [
+            serde_json::json!("/etc/cron.d/x"),
+            serde_json::json!("/n/devinfo/../../etc/x"),
+            serde_json::json!("/n/devinfo/sub/x"),
+            serde_json::json!("devinfo/x"),
+            serde_json::json!("/n/devinfo/.hidden"),
+            serde_json::json!("/n/devinfo/"),
+            serde_json::json!("/n/devinfo/a\nb"),
+            serde_json::json!(7),
+        ] {
+            let e = d.device_info_file(Some(&bad)).unwrap_err();
+            assert_eq!(e.code(), 7, "{bad}: {e}");
+            assert!(e.to_string().contains("CNIDeviceInfoFile"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_device_info_file_is_npwg_1_1_and_goes_with_the_attachment() {
+        let base = tempdir("devinfo");
+        let d = dirs(&base);
+        let mut p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        p.device_info = Some(d.device_info.join("net1.json"));
+        create(&d, &p).unwrap();
+        write_info(&p, &serde_json::json!({})).unwrap();
+        let back: serde_json::Value =
+            serde_json::from_slice(&fs::read(p.device_info.as_ref().unwrap()).unwrap()).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({"type": "vhost-user", "version": "1.1.0",
+                "vhost-user": {"mode": "server", "path": "/var/run/vhost/net1.sock"}})
+        );
+        remove(&d, &p).unwrap();
+        assert!(!p.device_info.as_ref().unwrap().exists());
+        assert!(!p.pod_dir.exists());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_socket_nothing_listens_on_goes_and_a_live_one_stays() {
+        use std::os::unix::net::UnixListener;
+        let base = tempdir("stale");
+        let d = dirs(&base);
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        create(&d, &p).unwrap();
+        let live = UnixListener::bind(&p.socket).unwrap();
+        remove(&d, &p).unwrap();
+        assert!(p.socket.exists(), "a live socket was removed");
+        // The application dies; its socket stays behind.
+        drop(live);
+        remove(&d, &p).unwrap();
+        assert!(!p.socket.exists());
+        assert!(!p.pod_dir.exists());
         fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -10,7 +10,8 @@ use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::kernel::links::Links;
 use crate::kernel::netlink::{Netns, Socket};
-use crate::state::{Record, StateDir, Then};
+use crate::kernel::vhost;
+use crate::state::{Record, Route, StateDir, Then};
 use crate::vmi::Mac;
 
 /// Which node-wide file, and how to print (`cli` documents each option).
@@ -86,6 +87,10 @@ pub(crate) enum Finding {
     NotOurs,
     StaleLock,
     OrphanHostLink(String),
+    /// A vhost-user attachment without the link vrouter-dpdk connects to.
+    VhostLinkMissing,
+    /// A `uvh_vif_` link into `vhost-dir` that no attachment explains.
+    OrphanVhostLink(String),
 }
 
 impl Finding {
@@ -112,6 +117,8 @@ impl Finding {
             Finding::NotOurs => "not this plugin's".into(),
             Finding::StaleLock => "stale lock".into(),
             Finding::OrphanHostLink(_) => "orphan host link".into(),
+            Finding::VhostLinkMissing => "vhost-user link missing".into(),
+            Finding::OrphanVhostLink(_) => "orphan vhost-user link".into(),
         }
     }
 
@@ -119,7 +126,10 @@ impl Finding {
         match self {
             Finding::Ok => "-".into(),
             Finding::StaleSandbox => "GC releases it (the sandbox's DEL never came)".into(),
-            Finding::InterfaceMissing | Finding::RegisteredAs(_) | Finding::Differs(_) => {
+            Finding::InterfaceMissing
+            | Finding::VhostLinkMissing
+            | Finding::RegisteredAs(_)
+            | Finding::Differs(_) => {
                 "delete the pod: its new sandbox gets all its interfaces".into()
             }
             Finding::NoIpConfig => {
@@ -146,6 +156,7 @@ impl Finding {
             Finding::NotOurs => "left alone: remove it if nothing needs it".into(),
             Finding::StaleLock => "GC removes it".into(),
             Finding::OrphanHostLink(name) => format!("if no pod uses it: ip link del {name}"),
+            Finding::OrphanVhostLink(path) => format!("if no pod uses it: rm {path}"),
         }
     }
 }
@@ -154,6 +165,7 @@ impl Finding {
 pub(crate) fn health(record: &Record, o: &Observed) -> Finding {
     match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
         (false, _, _) => Finding::StaleSandbox,
+        (_, false, _) if record.route == Route::Port => Finding::VhostLinkMissing,
         (_, false, _) => Finding::InterfaceMissing,
         (_, _, AgentView::NoIpConfig) => Finding::NoIpConfig,
         (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
@@ -182,6 +194,9 @@ fn observe(
     conf: &Contrail,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
+    if r.route == Route::Port {
+        return observe_vhost(links, agent, conf, r);
+    }
     // A nested attachment's VLAN link counts only with the VMI's tag.
     let host_if = links
         .host_side(r)
@@ -238,6 +253,40 @@ fn observe(
     (o, mac, addrs)
 }
 
+/// A vhost-user attachment: nothing in the pod's netns; its link to the pod's socket, and the
+/// agent's registration with the VMI's MAC.
+fn observe_vhost(
+    links: &mut Links,
+    agent: &Agent,
+    conf: &Contrail,
+    r: &Record,
+) -> (Observed, String, Vec<String>) {
+    let ip = agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
+    let (agent_view, differs, addresses) = match &ip {
+        Ok(Some(ip)) => {
+            let differs = (ip.mac.to_string() != r.mac).then(|| {
+                format!("the agent has MAC {}, the attachment {}", ip.mac, r.mac)
+            });
+            let addresses = [ip.v4.map(|n| n.to_string()), ip.v6.map(|n| n.to_string())];
+            let view = ip
+                .registered_as
+                .clone()
+                .map_or(AgentView::NoIpConfig, AgentView::Registered);
+            (view, differs, addresses.into_iter().flatten().collect())
+        }
+        Ok(None) => (AgentView::NoIpConfig, None, Vec::new()),
+        Err(_) => (AgentView::Unreachable, None, Vec::new()),
+    };
+    let o = Observed {
+        netns_exists: Path::new(&r.netns).exists(),
+        container_if: true,
+        host_if: links.vhost_paths(r, false).is_ok_and(|p| vhost::intact(&p)),
+        agent: agent_view,
+        differs,
+    };
+    (o, r.mac.clone(), addresses)
+}
+
 fn is_link_local(n: &ipnetwork::IpNetwork) -> bool {
     matches!(n.ip(), std::net::IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80)
 }
@@ -250,7 +299,10 @@ fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>
         ifname: r.ifname.to_string(),
         network: r.network.clone(),
         vmi: r.vmi_uuid.to_string(),
-        host: r.host_ifname.to_string(),
+        host: match r.route {
+            Route::Port => vhost::link_name(&r.host_ifname),
+            Route::Vm => r.host_ifname.to_string(),
+        },
         vlan: r.vlan,
         mac,
         addresses,
@@ -344,6 +396,20 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
         rows.push(Row {
             host: host.clone(),
             ..debris("-", &Finding::OrphanHostLink(host))
+        });
+    }
+    let vhost_orphans = links
+        .vhost_links()
+        .into_iter()
+        .filter(|(name, _)| {
+            !records
+                .iter()
+                .any(|r| r.route == Route::Port && *name == vhost::link_name(&r.host_ifname))
+        });
+    for (name, path) in vhost_orphans {
+        rows.push(Row {
+            host: name,
+            ..debris("-", &Finding::OrphanVhostLink(path.display().to_string()))
         });
     }
     Ok(rows)
@@ -550,6 +616,11 @@ mod tests {
             (Finding::NotOurs, "remove it if nothing needs it"),
             (Finding::StaleLock, "GC removes it"),
             (Finding::OrphanHostLink("tapx".into()), "ip link del tapx"),
+            (Finding::VhostLinkMissing, "delete the pod"),
+            (
+                Finding::OrphanVhostLink("/v/uvh_vif_tapx".into()),
+                "rm /v/uvh_vif_tapx",
+            ),
         ];
         for (f, words) in all {
             assert_ne!(f.health(), "ok", "{f:?}");

@@ -87,6 +87,10 @@ pub struct Record {
     /// `vhost-dir`, so that DEL, GC and the sweep find it without the runtime's arguments.
     #[serde(rename = "pod-uid", default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<PodUid>,
+    /// A vhost-user attachment's device-info file (the runtime's `CNIDeviceInfoFile`, checked
+    /// to be in `device-info-dir`), which its removal takes with it.
+    #[serde(rename = "device-info", default, skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<PathBuf>,
 }
 
 /// The agent's route a port was registered through; it decides how it is released.

@@ -37,6 +37,7 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
         vlan: None,
         route: Route::Vm,
         pod_uid: None,
+        device_info: None,
     }
 }
 
