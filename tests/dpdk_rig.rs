@@ -21,7 +21,7 @@ fn packets_cross_from_the_app_to_the_vrouter_through_a_symlinked_socket() {
     enter_node();
     let (pod_dir, vr_dir) = (TempDir::new(), TempDir::new());
     // The application cannot see the vRouter's socket directory: a tmpfs hides it.
-    let app = Testpmd::app(&pod_dir.0, &[&vr_dir.0]);
+    let app = Testpmd::app(&pod_dir.0, "sock", &[&vr_dir.0]);
     let sock = pod_dir.0.join("sock");
     wait_for("the application's socket", BOUND, || is_socket(&sock));
     let link = vr_dir.0.join("uvh_vif_vhost0a");
@@ -68,7 +68,7 @@ fn the_simulators_vrouter_dpdk_stand_in_connects_to_a_real_virtio_user_app() {
         "vhostuser-mode": 1});
     let url = format!("http://{}:{}/port", sim.ip, sim.port);
     ureq::post(&url).send_json(&body).unwrap();
-    let app = Testpmd::app(&pod_dir.0, &[&vr_dir.0]);
+    let app = Testpmd::app(&pod_dir.0, "sock", &[&vr_dir.0]);
     // The application, the vhost-user master, speaks first once the stand-in connected.
     let standin = || sim.get("/sim/vhost")[0].clone();
     wait_for("the stand-in to connect", BOUND, || {

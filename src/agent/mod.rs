@@ -431,7 +431,9 @@ impl Agent {
                 agent.request(Method::Delete, &path, None, t)?;
                 Ok(Poll::Ready(()))
             },
-        )
+        )?;
+        crate::crash::point("deregistered");
+        Ok(())
     }
 
     /// Makes the agent's registrations for pod `vm_uuid` exactly its ports among `ports`. The

@@ -264,9 +264,8 @@ fn observe_vhost(
     let ip = agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let (agent_view, differs, addresses) = match &ip {
         Ok(Some(ip)) => {
-            let differs = (ip.mac.to_string() != r.mac).then(|| {
-                format!("the agent has MAC {}, the attachment {}", ip.mac, r.mac)
-            });
+            let differs = (ip.mac.to_string() != r.mac)
+                .then(|| format!("the agent has MAC {}, the attachment {}", ip.mac, r.mac));
             let addresses = [ip.v4.map(|n| n.to_string()), ip.v6.map(|n| n.to_string())];
             let view = ip
                 .registered_as
@@ -398,14 +397,11 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             ..debris("-", &Finding::OrphanHostLink(host))
         });
     }
-    let vhost_orphans = links
-        .vhost_links()
-        .into_iter()
-        .filter(|(name, _)| {
-            !records
-                .iter()
-                .any(|r| r.route == Route::Port && *name == vhost::link_name(&r.host_ifname))
-        });
+    let vhost_orphans = links.vhost_links().into_iter().filter(|(name, _)| {
+        !records
+            .iter()
+            .any(|r| r.route == Route::Port && *name == vhost::link_name(&r.host_ifname))
+    });
     for (name, path) in vhost_orphans {
         rows.push(Row {
             host: name,

@@ -89,7 +89,11 @@ pub struct Record {
     pub pod_uid: Option<PodUid>,
     /// A vhost-user attachment's device-info file (the runtime's `CNIDeviceInfoFile`, checked
     /// to be in `device-info-dir`), which its removal takes with it.
-    #[serde(rename = "device-info", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "device-info",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub device_info: Option<PathBuf>,
 }
 

@@ -582,7 +582,8 @@ impl Sim {
         self.get("/sim/stats")["requests"].as_u64().unwrap()
     }
 
-    /// The ports the agent has registered: (vmi uuid, host ifname, vm ifname).
+    /// The ports the agent has registered: (vmi uuid, host ifname, vm ifname); a `POST /port`
+    /// one as (`id`, `system-name`, "").
     pub fn ports(&self) -> Vec<(String, String, String)> {
         self.get("/sim/ports")
             .as_array()
@@ -590,7 +591,10 @@ impl Sim {
             .iter()
             .map(|p| {
                 let s = |k: &str| p[k].as_str().unwrap_or("").to_string();
-                (s("vmi-uuid"), s("host-ifname"), s("vm-ifname"))
+                match p["sim-route"].as_str() {
+                    Some("POST /port") => (s("id"), s("system-name"), String::new()),
+                    _ => (s("vmi-uuid"), s("host-ifname"), s("vm-ifname")),
+                }
             })
             .collect()
     }
@@ -1396,10 +1400,10 @@ pub struct Testpmd {
 
 impl Testpmd {
     /// The application in a pod: a virtio-user port in server mode (it creates and listens on
-    /// `<pod_dir>/sock`), sending (`txonly`). It runs in a mount namespace of its own that
+    /// `<pod_dir>/<socket>`), sending (`txonly`). It runs in a mount namespace of its own that
     /// sees the pod's directory at [`APP_SOCKET_DIR`] and an empty tmpfs over each of `hide`
-    /// (the vRouter's socket directory: a pod never sees it).
-    pub fn app(pod_dir: &Path, hide: &[&Path]) -> Testpmd {
+    /// (the vRouter's socket directory, other pods' directories: a pod never sees them).
+    pub fn app(pod_dir: &Path, socket: &str, hide: &[&Path]) -> Testpmd {
         let mut mounts = format!(
             "mount -t tmpfs tmpfs /mnt && mkdir {APP_SOCKET_DIR} && mount --bind '{}' {APP_SOCKET_DIR}",
             pod_dir.display()
@@ -1407,7 +1411,7 @@ impl Testpmd {
         for dir in hide {
             mounts += &format!(" && mount -t tmpfs tmpfs '{}'", dir.display());
         }
-        let vdev = format!("net_virtio_user0,path={APP_SOCKET_DIR}/sock,server=1");
+        let vdev = format!("net_virtio_user0,path={APP_SOCKET_DIR}/{socket},server=1");
         Testpmd::spawn(&mounts, &vdev, "txonly")
     }
 

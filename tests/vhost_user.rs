@@ -1,0 +1,546 @@
+//! vhost-user attachments for DPDK pods (docs/vhost-user.md), end to end: the release binary on
+//! a DPDK node (a `dpdk_netlink` in the vRouter's socket directory, as vrouter-dpdk makes it),
+//! the simulator's `POST /port` route and its vrouter-dpdk stand-in, and Debian's
+//! `dpdk-testpmd` as the application in the pod and as the vRouter's side.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use contrail_testkit::*;
+use serde_json::{Value, json};
+
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A pod on a DPDK node: the vRouter's socket directory, the root of the pods' vhost-user
+/// directories and the device-info directory are the test's, the pod mounts its directory at
+/// [`APP_SOCKET_DIR`].
+struct Dpdk {
+    fx: Fixture,
+    vrouter: TempDir,
+    vhost: TempDir,
+    devinfo: TempDir,
+    /// Where the simulator's vrouter-dpdk stand-in looks, when testpmd plays that part instead.
+    _elsewhere: TempDir,
+}
+
+impl Dpdk {
+    /// With the simulator's vrouter-dpdk stand-in connecting to the node's `uvh_vif_` links
+    /// (`standin`), or to an unused directory (testpmd is the vRouter's side).
+    fn new(vmis: Vec<VmiSpec>, standin: bool) -> Dpdk {
+        enter_node();
+        let (vrouter, vhost, devinfo, elsewhere) = (
+            TempDir::new(),
+            TempDir::new(),
+            TempDir::new(),
+            TempDir::new(),
+        );
+        std::fs::write(vrouter.0.join("dpdk_netlink"), "").unwrap();
+        let watched = if standin { &vrouter.0 } else { &elsewhere.0 };
+        let sim_args = [
+            "--dpdk",
+            "--vr-socket-dir",
+            watched.to_str().unwrap(),
+            "--vhost-retry-ms",
+            "100",
+        ];
+        let mut fx = Fixture::with_sim(vmis, &sim_args);
+        fx.set("vrouter-socket-dir", json!(vrouter.0))
+            .set("vhost-dir", json!(vhost.0.join("pods")))
+            .set("vhost-pod-dir", json!(APP_SOCKET_DIR))
+            .set("device-info-dir", json!(devinfo.0.join("cni")));
+        Dpdk {
+            fx,
+            vrouter,
+            vhost,
+            devinfo,
+            _elsewhere: elsewhere,
+        }
+    }
+
+    /// A network's config asking for vhost-user, as its NetworkAttachmentDefinition would.
+    fn conf(&self, network: &str) -> Value {
+        let mut c = self.fx.conf(network);
+        c["contrail"] = json!({"interface-type": "vhost-user"});
+        c
+    }
+
+    fn add(&self, ifname: &str, network: &str) -> Value {
+        self.fx
+            .call("ADD", ifname, &self.conf(network))
+            .assert_ok()
+            .json()
+    }
+
+    fn del(&self, ifname: &str, network: &str) {
+        self.fx.call("DEL", ifname, &self.conf(network)).assert_ok();
+    }
+
+    /// CHECK with the ADD's result as prevResult.
+    fn check_ok(&self, ifname: &str, prev: &Value) {
+        let mut conf = self.conf("dpdk-net");
+        conf["prevResult"] = prev.clone();
+        self.fx.call("CHECK", ifname, &conf).assert_ok();
+    }
+
+    /// The pod's directory under `vhost-dir`.
+    fn pod_dir(&self) -> PathBuf {
+        self.vhost.0.join("pods").join(&self.fx.pod.uuid)
+    }
+
+    /// The link vrouter-dpdk connects to for VMI `k`.
+    fn link(&self, k: usize) -> PathBuf {
+        let tap = host_ifname(&self.fx.pod.vmis[k].uuid);
+        self.vrouter.0.join(format!("uvh_vif_{tap}"))
+    }
+
+    /// The `uvh_vif_` links in the vRouter's socket directory.
+    fn links(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.vrouter.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("uvh_vif_"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The registrations by route: (vmi, route, transport).
+    fn routes(&self) -> Vec<(String, String, String)> {
+        let mut v: Vec<(String, String, String)> = self
+            .fx
+            .sim
+            .get("/sim/ports")
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let vmi = p["vmi-uuid"].as_str().or(p["id"].as_str()).unwrap();
+                let s = |k: &str| p[k].as_str().unwrap().to_string();
+                (vmi.to_string(), s("sim-route"), s("sim-transport"))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Nothing of the pod anywhere: no link, no pod directory, no registration by either
+    /// route, no state, nothing in the netns, no device-info file.
+    #[track_caller]
+    fn assert_nothing_left(&self) {
+        self.fx.assert_nothing_left();
+        self.assert_node_clean();
+    }
+
+    /// [`Dpdk::assert_nothing_left`] of a pod whose netns is gone.
+    #[track_caller]
+    fn assert_node_clean(&self) {
+        assert_eq!(self.fx.sim.ports(), [], "port left registered");
+        assert!(!self.fx.node.pod_dir_exists(&self.fx.pod), "state left");
+        assert_eq!(self.links(), [] as [String; 0], "uvh_vif_ links left");
+        assert!(!self.pod_dir().exists(), "the pod's directory is left");
+        let devinfo: Vec<_> = std::fs::read_dir(self.devinfo.0.join("cni"))
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(devinfo.is_empty(), "device-info left: {devinfo:?}");
+        assert_eq!(self.fx.sim.violations(), [] as [Value; 0]);
+    }
+}
+
+fn is_link(path: &Path) -> bool {
+    path.symlink_metadata().is_ok_and(|m| m.is_symlink())
+}
+
+fn is_socket(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn packets_cross_from_the_application_to_the_vrouter_through_the_plugins_socket() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], false);
+    let vmi = &d.fx.pod.vmis[0];
+    let mut conf = d.conf("dpdk-net");
+    conf["cniVersion"] = json!("1.1.0");
+    let result = d.fx.call("ADD", "net1", &conf).assert_ok().json();
+    // One interface, in the pod's sandbox, with the VMI's MAC and the socket as the pod sees it;
+    // the agent's address indexed to it. Nothing in the pod's netns.
+    let pod_socket = format!("{APP_SOCKET_DIR}/net1.sock");
+    assert_eq!(
+        result["interfaces"],
+        json!([{"name": "net1", "mac": vmi.mac, "mtu": 1500, "sandbox": d.fx.ns.path(),
+                "socketPath": pod_socket}])
+    );
+    assert_eq!(result["ips"][0]["address"], vmi.addr());
+    assert_eq!(result["ips"][0]["interface"], 0);
+    assert_eq!(d.fx.ns.ifnames(), ["lo"]);
+    // vrouter-dpdk's fixed path leads into the pod's directory.
+    let socket = d.pod_dir().join("net1.sock");
+    assert_eq!(std::fs::read_link(d.link(0)).unwrap(), socket);
+    let info = read_json(&d.pod_dir().join("net1.json"));
+    assert_eq!(
+        (&info["socketPath"], &info["mode"], &info["mac"]),
+        (&json!(pod_socket), &json!("server"), &json!(vmi.mac))
+    );
+    assert_eq!(info["ips"][0]["address"], vmi.addr());
+    // Registered through POST /port as a PMD port, never through POST /vm.
+    assert_eq!(
+        d.routes(),
+        [(vmi.uuid.clone(), "POST /port".into(), "pmd".into())]
+    );
+
+    // The application sees only its own directory: not the vRouter's, not other pods'.
+    let app = Testpmd::app(&d.pod_dir(), "net1.sock", &[&d.vrouter.0, &d.vhost.0]);
+    wait_for("the application's socket", BOUND, || is_socket(&socket));
+    let vrouter = Testpmd::vrouter(&d.link(0));
+    wait_for("packets at the vRouter's side", BOUND, || {
+        vrouter.rx_so_far() > 0
+    });
+    d.check_ok("net1", &result);
+    let vr_out = vrouter.stop(BOUND);
+    let app_out = app.stop(BOUND);
+    let (rx, tx) = (rx_packets(&vr_out), tx_packets(&app_out));
+    eprintln!("vRouter side received {rx}, the application sent {tx}");
+    assert!(rx > 0 && rx <= tx, "rx {rx} tx {tx}\n{vr_out}\n{app_out}");
+
+    // The pod goes: DEL removes the link, the JSON file, the socket nothing listens on any
+    // more, the directory, and the POST /port registration.
+    d.del("net1", "dpdk-net");
+    d.assert_nothing_left();
+}
+
+#[test]
+fn the_vrouter_connects_once_the_application_listens_and_del_disconnects_it() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.add("net1", "dpdk-net");
+    let standin = || d.fx.sim.get("/sim/vhost")[0].clone();
+    // vrouter-dpdk retries while the application has not started.
+    assert_eq!(standin()["path"], d.link(0).to_str().unwrap());
+    wait_for("a refused attempt", BOUND, || {
+        standin()["attempts"].as_u64().unwrap() > 0
+    });
+    assert_eq!(standin()["connected"], false);
+    let app = Testpmd::app(&d.pod_dir(), "net1.sock", &[&d.vrouter.0, &d.vhost.0]);
+    wait_for("the vRouter to connect", BOUND, || {
+        standin()["bytes-received"].as_u64().unwrap() > 0
+    });
+    assert_eq!(standin()["connected"], true);
+    // The application stops (the kubelet stops a pod's containers before its sandbox's
+    // network goes): vrouter-dpdk sees it go and keeps trying.
+    app.stop(BOUND);
+    wait_for("the vRouter to see the application go", BOUND, || {
+        standin()["connected"] == false
+    });
+    // DEL: the port goes (vrouter-dpdk stops trying), and the link, the JSON file, the socket
+    // the application left and the directory with it.
+    d.del("net1", "dpdk-net");
+    assert_eq!(d.fx.sim.get("/sim/vhost"), json!([]));
+    d.assert_nothing_left();
+}
+
+#[test]
+fn a_node_without_a_dpdk_vrouter_refuses_before_anything_is_made() {
+    let mut d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    std::fs::remove_file(d.vrouter.0.join("dpdk_netlink")).unwrap();
+    let refused = |d: &Dpdk, words: &str| {
+        let out = d.fx.call("ADD", "net1", &d.conf("dpdk-net"));
+        assert_eq!(out.code(), 7, "{out:?}");
+        assert!(out.msg().contains(words), "{}", out.msg());
+        assert_eq!(d.fx.sim.requests(), 0, "the agent was asked");
+        assert!(!d.vhost.0.join("pods").exists());
+        d.assert_nothing_left();
+    };
+    refused(&d, "no dpdk_netlink in");
+    // The node says so outright, whatever its socket directory holds.
+    std::fs::write(d.vrouter.0.join("dpdk_netlink"), "").unwrap();
+    d.fx.set("vrouter-mode", json!("kernel"));
+    refused(&d, "vrouter-mode kernel");
+    // A nested node has no vRouter of its own.
+    d.fx.set("vrouter-mode", json!("dpdk"))
+        .set("vif-type", json!("macvlan"));
+    refused(&d, "nested");
+    // A network's config cannot say otherwise: vrouter-mode is the node's.
+    d.fx.set("vif-type", Value::Null)
+        .set("vrouter-mode", json!("kernel"));
+    let mut conf = d.conf("dpdk-net");
+    conf["contrail"]["vrouter-mode"] = json!("dpdk");
+    let out = d.fx.call("ADD", "net1", &conf);
+    assert_eq!(out.code(), 7, "{out:?}");
+    assert!(out.msg().contains("vrouter-mode"), "{}", out.msg());
+    d.assert_nothing_left();
+}
+
+#[test]
+fn socket_paths_over_107_bytes_are_refused_before_anything_is_made() {
+    let mut d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    // A long socket directory has no dpdk_netlink of its own: the node says it is DPDK.
+    d.fx.set("vrouter-mode", json!("dpdk"));
+    let long = |base: &Path| base.join("d".repeat(60)).to_str().unwrap().to_string();
+    let (vhost_long, vrouter_long) = (long(&d.vhost.0), long(&d.vrouter.0));
+    let mount_long = format!("/var/run/{}", "m".repeat(90));
+    for (key, value) in [
+        ("vhost-dir", &vhost_long),
+        ("vrouter-socket-dir", &vrouter_long),
+        ("vhost-pod-dir", &mount_long),
+    ] {
+        let before = d.fx.node.contrail()[key].clone();
+        d.fx.set(key, json!(value));
+        let out = d.fx.call("ADD", "net1", &d.conf("dpdk-net"));
+        assert_eq!(out.code(), 7, "{key}: {out:?}");
+        assert!(
+            out.msg().contains(&format!("contrail.{key}")) && out.msg().contains("107"),
+            "{key}: {}",
+            out.msg()
+        );
+        assert_eq!(d.fx.sim.requests(), 0, "{key}: the agent was asked");
+        assert!(!Path::new(&vhost_long).exists() && !Path::new(&vrouter_long).exists());
+        d.assert_nothing_left();
+        d.fx.set(key, before);
+    }
+}
+
+#[test]
+fn the_runtimes_device_info_file_is_written_only_in_the_nodes_directory() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    let file = d
+        .devinfo
+        .0
+        .join("cni")
+        .join("dpdk-net-net1-device-info.json");
+    // Multus passes the path in runtimeConfig when the pod got a device for the network.
+    let mut conf = d.conf("dpdk-net");
+    conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": file});
+    d.fx.call("ADD", "net1", &conf).assert_ok();
+    assert_eq!(
+        read_json(&file),
+        json!({"type": "vhost-user", "version": "1.1.0",
+               "vhost-user": {"mode": "server", "path": format!("{APP_SOCKET_DIR}/net1.sock")}})
+    );
+    d.fx.call("DEL", "net1", &conf).assert_ok();
+    assert!(!file.exists());
+    d.assert_nothing_left();
+
+    // A network's config names the path: anything outside the node's directory is refused
+    // before anything is made, and nothing is written there.
+    let outside = d.vhost.0.join("cron-job");
+    for path in [
+        outside.clone(),
+        d.devinfo.0.join("cni/../../cron-job"),
+        d.devinfo.0.join("cni/sub/x.json"),
+    ] {
+        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": path});
+        let out = d.fx.call("ADD", "net1", &conf);
+        assert_eq!(out.code(), 7, "{path:?}: {out:?}");
+        assert!(out.msg().contains("CNIDeviceInfoFile"), "{}", out.msg());
+        assert!(!outside.exists() && !path.exists(), "{path:?} written");
+        d.assert_nothing_left();
+    }
+}
+
+#[test]
+fn a_pod_mixes_a_vhost_user_attachment_a_veth_one_and_macvlan() {
+    let vmis = vec![VmiSpec::new("dpdk-net", 1), VmiSpec::new("net-a", 2)];
+    let d = Dpdk::new(vmis.clone(), true);
+    let master = HostLink::macvlan_master();
+    let macvlan = json!({"cniVersion": "1.0.0", "name": "macvlan-net", "type": "macvlan",
+        "master": master.0, "mode": "bridge",
+        "ipam": {"type": "static", "addresses": [{"address": "192.168.77.5/24"}]}});
+    let vhost = Delegate {
+        conf: d.conf("dpdk-net"),
+        ..Delegate::contrail(&d.fx.node, "1.0.0", "dpdk-net", "net1")
+    };
+    let delegates = [
+        vhost,
+        Delegate::contrail(&d.fx.node, "1.0.0", "net-a", "net2"),
+        Delegate::debian(macvlan, "net3"),
+    ];
+    let multus = d.fx.multus();
+    multus
+        .add_all(&delegates)
+        .unwrap_or_else(|(i, out)| panic!("delegate {i} failed: {out:?}"));
+    let ns = &d.fx.ns;
+    // net1 is a socket, not an interface; net2 the veth with its VMI's MAC and address.
+    assert_eq!(ns.ifnames(), ["lo", "net2", "net3"]);
+    assert_eq!(
+        (ns.mac("net2"), ns.addrs("net2")),
+        (vmis[1].mac.clone(), vec![vmis[1].addr()])
+    );
+    assert_eq!(ns.addrs("net3"), ["192.168.77.5/24"]);
+    assert_eq!(
+        d.routes(),
+        sorted(vec![
+            (vmis[0].uuid.clone(), "POST /port".into(), "pmd".into()),
+            (vmis[1].uuid.clone(), "POST /vm".into(), "af-packet".into()),
+        ])
+    );
+    for dl in &delegates[..2] {
+        multus.call("CHECK", dl).assert_ok();
+    }
+    // DEL of the veth alone: DELETE /vm and the pod's resync never touch the /port port.
+    multus.call("DEL", &delegates[1]).assert_ok();
+    assert_eq!(
+        d.routes(),
+        [(vmis[0].uuid.clone(), "POST /port".into(), "pmd".into())]
+    );
+    assert_eq!(
+        std::fs::read_link(d.link(0)).unwrap(),
+        d.pod_dir().join("net1.sock")
+    );
+    multus.call("CHECK", &delegates[0]).assert_ok();
+    assert_eq!(ns.addrs("net3"), ["192.168.77.5/24"]);
+    d.fx.assert_registrations_follow_files();
+    multus.del_all(&delegates);
+    d.assert_nothing_left();
+}
+
+#[test]
+fn a_network_attached_twice_gets_two_sockets_in_the_pods_directory() {
+    let vmis = vec![VmiSpec::new("dpdk-net", 1), VmiSpec::new("dpdk-net", 2)];
+    let d = Dpdk::new(vmis.clone(), true);
+    let r1 = d.add("net1", "dpdk-net");
+    let r2 = d.add("net2", "dpdk-net");
+    // In index order, each its own VMI, socket and link.
+    for (k, (r, ifname)) in [(&r1, "net1"), (&r2, "net2")].into_iter().enumerate() {
+        assert_eq!(r["interfaces"][0]["mac"], vmis[k].mac.as_str(), "{ifname}");
+        assert_eq!(
+            std::fs::read_link(d.link(k)).unwrap(),
+            d.pod_dir().join(format!("{ifname}.sock"))
+        );
+    }
+    assert_eq!(d.links().len(), 2);
+    d.fx.assert_registrations_follow_files();
+    // One goes: the directory stays for the other.
+    d.del("net1", "dpdk-net");
+    assert!(d.pod_dir().join("net2.json").exists());
+    assert!(!is_link(&d.link(0)) && is_link(&d.link(1)));
+    d.fx.assert_registrations_follow_files();
+    d.check_ok("net2", &r2);
+    d.del("net2", "dpdk-net");
+    d.assert_nothing_left();
+}
+
+#[test]
+fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
+    // GC (CNI 1.1) of a sandbox the runtime no longer knows, whose application was killed and
+    // left its socket behind.
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.add("net1", "dpdk-net");
+    let socket = d.pod_dir().join("net1.sock");
+    let app = Testpmd::app(&d.pod_dir(), "net1.sock", &[&d.vrouter.0, &d.vhost.0]);
+    wait_for("the application's socket", BOUND, || is_socket(&socket));
+    drop(app); // SIGKILL
+    assert!(is_socket(&socket));
+    d.fx.node.gc(json!([])).assert_ok();
+    d.assert_nothing_left();
+
+    // The sweep (install --watch) of a sandbox whose netns is gone.
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.add("net1", "dpdk-net");
+    d.fx.remove_netns();
+    let host = TempDir::new();
+    let conf = host.0.join("10-contrail.conf");
+    std::fs::copy(d.fx.node.node_file(), &conf).unwrap();
+    let watch = Watch::start(
+        &host.0.join("bin"),
+        &host.0.join("net.d"),
+        &conf,
+        &["--sweep-interval", "1", "--sweep-grace", "0"],
+    );
+    wait_for("the sweep", BOUND, || {
+        watch.log().contains("sweep released 1 attachment(s)")
+    });
+    watch.terminate();
+    d.assert_node_clean();
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+/// SIGKILL at every step of a vhost-user attachment's ADD and DEL, beside a veth sibling that
+/// is up: the runtime's DEL (or a retried ADD) finishes the job, the sibling keeps its
+/// registration, and in the end nothing is left.
+#[cfg(feature = "crash-points")]
+#[test]
+fn killed_at_every_step_then_del_or_a_retry_finishes_the_job() {
+    let killed = |d: &Dpdk, command: &str, step: &str| {
+        let fx = &d.fx;
+        let out = fx.node.call_with(
+            &[("CONTRAIL_CNI_CRASH_AT", step)],
+            command,
+            &fx.cid,
+            &fx.ns.path(),
+            "net1",
+            &fx.args(),
+            &d.conf("dpdk-net"),
+        );
+        assert!(
+            !out.ok && out.stdout.is_empty(),
+            "{command} {step}: not killed: {out:?}"
+        );
+    };
+    let sibling_only = |d: &Dpdk, step: &str| {
+        assert_eq!(d.fx.ns.ifnames(), ["eth0", "lo"], "{step}");
+        assert_eq!(d.links(), [] as [String; 0], "{step}: link left");
+        assert!(!d.pod_dir().exists(), "{step}: directory left");
+        assert_eq!(
+            d.fx.node.state_files(&d.fx.pod),
+            [d.fx.pod.vmis[0].uuid.clone()],
+            "{step}"
+        );
+        d.fx.assert_registrations_follow_files();
+        d.fx.call("CHECK", "eth0", &d.fx.conf("default"))
+            .assert_ok();
+    };
+    let pod = || {
+        // The IP configuration comes 150 ms after the registration: a wait to be killed in.
+        let vmis = vec![
+            VmiSpec::new("default", 1),
+            VmiSpec::new("dpdk-net", 2).with("ip-delay-ms", json!(150)),
+        ];
+        let d = Dpdk::new(vmis, true);
+        d.fx.add("eth0", "default");
+        d
+    };
+    let finish = |d: &Dpdk| {
+        d.fx.del("eth0", "default").assert_ok();
+        d.del("net1", "dpdk-net");
+        d.assert_nothing_left();
+        assert_eq!(d.fx.node.leftovers(), [] as [String; 0]);
+    };
+    let add_steps = ADD_STEPS.iter().chain(&["vhost-dir"]);
+    for step in add_steps.clone() {
+        let d = pod();
+        killed(&d, "ADD", step);
+        d.del("net1", "dpdk-net");
+        sibling_only(&d, step);
+        finish(&d);
+    }
+    for step in add_steps {
+        let d = pod();
+        killed(&d, "ADD", step);
+        let r = d.add("net1", "dpdk-net");
+        assert_eq!(
+            r["interfaces"][0]["mac"],
+            d.fx.pod.vmis[1].mac.as_str(),
+            "{step}"
+        );
+        assert!(is_link(&d.link(1)), "{step}");
+        d.fx.assert_registrations_follow_files();
+        d.check_ok("net1", &r);
+        finish(&d);
+    }
+    for step in DEL_STEPS {
+        let d = pod();
+        d.add("net1", "dpdk-net");
+        killed(&d, "DEL", step);
+        d.del("net1", "dpdk-net");
+        sibling_only(&d, step);
+        finish(&d);
+    }
+}
