@@ -544,3 +544,57 @@ fn killed_at_every_step_then_del_or_a_retry_finishes_the_job() {
         finish(&d);
     }
 }
+
+/// netconf/dpdk.yaml as shipped: its NAD's config makes a vhost-user attachment whose socket is
+/// where its pod mounts its own directory, by the node's default keys.
+#[test]
+fn the_shipped_dpdk_network_and_pod_fit_the_plugins_defaults() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/netconf/dpdk.yaml")).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let (nad, pod) = (&docs[0], &docs[1]);
+    let container = &pod["spec"]["containers"][0];
+    let mount = &container["volumeMounts"][0];
+    let volume = &pod["spec"]["volumes"][0];
+    assert_eq!(mount["name"], volume["name"]);
+    assert_eq!(mount["subPathExpr"].as_str(), Some("$(POD_UID)"));
+    assert_eq!(
+        container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.uid")
+    );
+    // The node's defaults: where the plugin makes pods' directories, where pods mount theirs.
+    let help = sh(plugin_bin().to_str().unwrap(), &["--help"]);
+    let default = |key: &str| {
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap();
+        line.split_whitespace().nth(2).unwrap().to_string()
+    };
+    assert_eq!(
+        volume["hostPath"]["path"].as_str().unwrap(),
+        default("vhost-dir")
+    );
+    let mount_path = mount["mountPath"].as_str().unwrap();
+    assert_eq!(mount_path, default("vhost-pod-dir"));
+
+    // The NAD's config, as Multus hands it to the plugin, on a DPDK node set to those defaults
+    // but for its test directories.
+    let mut d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.fx.set("vhost-pod-dir", json!(mount_path));
+    let mut conf: Value = serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    conf["name"] = json!(nad["metadata"]["name"].as_str().unwrap());
+    let r = d.fx.call("ADD", "net1", &conf).assert_ok().json();
+    let socket = format!("{mount_path}/net1.sock");
+    assert_eq!(r["interfaces"][0]["socketPath"], socket.as_str());
+    assert!(
+        container["args"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!("path={socket},server=1"))
+    );
+    d.fx.call("DEL", "net1", &conf).assert_ok();
+    d.assert_nothing_left();
+}
