@@ -22,12 +22,19 @@ struct Dpdk {
     devinfo: TempDir,
     /// Where the simulator's vrouter-dpdk stand-in looks, when testpmd plays that part instead.
     _elsewhere: TempDir,
+    /// The simulator's switches, for a restart.
+    sim_args: Vec<String>,
 }
 
 impl Dpdk {
     /// With the simulator's vrouter-dpdk stand-in connecting to the node's `uvh_vif_` links
     /// (`standin`), or to an unused directory (testpmd is the vRouter's side).
     fn new(vmis: Vec<VmiSpec>, standin: bool) -> Dpdk {
+        Dpdk::with_sim(vmis, standin, &[])
+    }
+
+    /// [`Dpdk::new`] with more simulator switches.
+    fn with_sim(vmis: Vec<VmiSpec>, standin: bool, extra: &[&str]) -> Dpdk {
         enter_node();
         let (vrouter, vhost, devinfo, elsewhere) = (
             TempDir::new(),
@@ -37,14 +44,16 @@ impl Dpdk {
         );
         std::fs::write(vrouter.0.join("dpdk_netlink"), "").unwrap();
         let watched = if standin { &vrouter.0 } else { &elsewhere.0 };
-        let sim_args = [
+        let mut sim_args = vec![
             "--dpdk",
             "--vr-socket-dir",
             watched.to_str().unwrap(),
             "--vhost-retry-ms",
             "100",
         ];
+        sim_args.extend(extra);
         let mut fx = Fixture::with_sim(vmis, &sim_args);
+        let sim_args = sim_args.iter().map(|a| a.to_string()).collect();
         fx.set("vrouter-socket-dir", json!(vrouter.0))
             .set("vhost-dir", json!(vhost.0.join("pods")))
             .set("vhost-pod-dir", json!(APP_SOCKET_DIR))
@@ -55,6 +64,7 @@ impl Dpdk {
             vhost,
             devinfo,
             _elsewhere: elsewhere,
+            sim_args,
         }
     }
 
@@ -597,4 +607,42 @@ fn the_shipped_dpdk_network_and_pod_fit_the_plugins_defaults() {
     );
     d.fx.call("DEL", "net1", &conf).assert_ok();
     d.assert_nothing_left();
+}
+
+/// The agent restarts on a DPDK node: it reloads its own copy of each `POST /port` and every
+/// UUID-named file of the state directory as a `POST /vm` port, without looking for an
+/// interface. A vhost-user attachment's file must not be one it can take: the VMI stays a PMD
+/// port, registered once, and vrouter-dpdk connects to its link again.
+#[test]
+fn an_agent_restart_keeps_a_vhost_user_port_a_pmd_port() {
+    let agents_ports = TempDir::new();
+    let ports_arg = ["--ports-dir", agents_ports.0.to_str().unwrap()];
+    let vmis = vec![VmiSpec::new("dpdk-net", 1), VmiSpec::new("net-a", 2)];
+    let mut d = Dpdk::with_sim(vmis.clone(), true, &ports_arg);
+    let r1 = d.add("net1", "dpdk-net");
+    d.fx.add("net2", "net-a");
+    let state_dir = d.fx.node.ports_dir();
+    let mut args: Vec<&str> = d.sim_args.iter().map(String::as_str).collect();
+    args.extend(["--state-dir", state_dir.to_str().unwrap()]);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    d.fx.restart_agent(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(d.fx.sim.violations(), [] as [Value; 0]);
+    assert_eq!(
+        d.routes(),
+        sorted(vec![
+            (vmis[0].uuid.clone(), "POST /port".into(), "pmd".into()),
+            (vmis[1].uuid.clone(), "POST /vm".into(), "af-packet".into()),
+        ])
+    );
+    assert_eq!(
+        d.fx.sim.get("/sim/vhost")[0]["path"],
+        d.link(0).to_str().unwrap()
+    );
+    d.check_ok("net1", &r1);
+    d.fx.call("CHECK", "net2", &d.fx.conf("net-a")).assert_ok();
+    d.fx.del("net2", "net-a").assert_ok();
+    d.del("net1", "dpdk-net");
+    d.assert_nothing_left();
+    let left: Vec<_> = std::fs::read_dir(&agents_ports.0).unwrap().collect();
+    assert!(left.is_empty(), "the agent's /port files left: {left:?}");
 }

@@ -737,14 +737,16 @@ fn main() {
         connections: AtomicUsize::new(0),
         served_by: Mutex::new(BTreeMap::new()),
     });
+    // The agent's order (`PortIpcHandler::ReloadAllPorts`): its own `POST /port` copies, then
+    // the files of the state directory's pod directories.
+    if let Some(dir) = &args.ports_dir {
+        sim.reload_nova_ports(dir, origin);
+    }
     {
         let mut st = sim.lock();
         for (vmi, port) in ports {
             sim.registered(&mut st, &vmi, Route::Vm, port, origin);
         }
-    }
-    if let Some(dir) = &args.ports_dir {
-        sim.reload_nova_ports(dir, origin);
     }
     for conn in listener.incoming() {
         match conn {

@@ -243,7 +243,7 @@ impl PodDir {
 
     /// Writes an attachment's record atomically, in place of a reservation of its VMI.
     pub(super) fn write(&mut self, record: &Record) -> io::Result<()> {
-        let body = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        let body = serde_json::to_vec_pretty(&record.file_json()).map_err(io::Error::other)?;
         let dir = self.dir()?;
         files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::No)?;
         for suffix in [RESERVED, Then::Reserved.suffix()] {

@@ -23,7 +23,9 @@ pub struct Record {
     pub vm_uuid: VmUuid,
     #[serde(rename = "vm-name")]
     pub vm_name: VmName,
-    #[serde(rename = "host-ifname")]
+    /// The host side's name; a vhost-user record's file names it `system-name` (see
+    /// [`Record::file_json`]).
+    #[serde(rename = "host-ifname", alias = "system-name")]
     pub host_ifname: IfName,
     #[serde(rename = "vm-ifname")]
     pub ifname: IfName,
@@ -178,6 +180,23 @@ impl Record {
     pub fn port(&self) -> serde_json::Value {
         // Cannot fail: every field is a string or a bool.
         serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// The state file's content. A `/vm` record is the agent's `POST /vm` body, which the agent
+    /// registers again when it restarts. A `/port` record names its port `system-name`, not
+    /// `host-ifname`: at its start the agent reloads every UUID-named file of config-dir's pod
+    /// directories as a `POST /vm` port, on a DPDK node without looking for the interface
+    /// (tf-controller `contrail_agent_init.cc` 195, `ReloadAllPorts(!vrouter_on_host_dpdk)`),
+    /// and refuses a file without `host-ifname` (`port_ipc_handler.cc` 875). So the port stays
+    /// the PMD port that the agent's own copy of the `POST /port` restores.
+    pub fn file_json(&self) -> serde_json::Value {
+        let mut v = self.port();
+        if let (Route::Port, Some(fields)) = (self.route, v.as_object_mut()) {
+            if let Some(name) = fields.remove("host-ifname") {
+                fields.insert("system-name".into(), name);
+            }
+        }
+        v
     }
 
     /// `POST /port`'s body for this record (the Nova route; the agent's `MakeAddVmiUuidRequest`
