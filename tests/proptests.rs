@@ -580,7 +580,7 @@ proptest! {
 
     /// Valid values are always accepted: the node's read back; stdin's node-scoped keys are
     /// refused exactly when they differ from the node's, and never take effect; only the MTU
-    /// is stdin's to choose.
+    /// and the interface type are stdin's to choose.
     #[test]
     fn config_valid_sections_are_accepted_and_read_back(
         version in select(&SUPPORTED_VERSIONS[..]),
@@ -607,7 +607,7 @@ proptest! {
         // The node's settings alone, as stdin with nothing of its own sees them.
         let nodes = parse_conf(br#"{"cniVersion":"1.0.0"}"#, &Some(node_value)).unwrap().contrail;
         let k = &c.contrail;
-        prop_assert_eq!(&nodes, &config::Contrail { mtu: nodes.mtu, ..k.clone() }, "stdin changed a node key");
+        prop_assert_eq!(&nodes, &config::Contrail { mtu: nodes.mtu, interface_type: nodes.interface_type, ..k.clone() }, "stdin changed a node key");
         for (key, v) in &node_section {
             check_read_back(&nodes, key, v)?;
         }
@@ -642,6 +642,28 @@ fn check_read_back(k: &config::Contrail, key: &str, v: &Value) -> Result<(), Tes
             v.as_str().unwrap()
         ),
         "parent-interface" => prop_assert_eq!(&k.parent_interface, v.as_str().unwrap()),
+        "vrouter-socket-dir" => prop_assert_eq!(
+            k.vrouter_socket_dir.as_path(),
+            Path::new(v.as_str().unwrap())
+        ),
+        "vhost-dir" => prop_assert_eq!(k.vhost_dir.as_path(), Path::new(v.as_str().unwrap())),
+        "vhost-pod-dir" => {
+            prop_assert_eq!(k.vhost_pod_dir.as_path(), Path::new(v.as_str().unwrap()))
+        }
+        "device-info-dir" => {
+            prop_assert_eq!(k.device_info_dir.as_path(), Path::new(v.as_str().unwrap()))
+        }
+        "vrouter-mode" => prop_assert_eq!(
+            format!("{:?}", k.vrouter_mode).to_lowercase(),
+            v.as_str().unwrap()
+        ),
+        "interface-type" => prop_assert_eq!(
+            match k.interface_type {
+                config::InterfaceType::Veth => "veth",
+                config::InterfaceType::VhostUser => "vhost-user",
+            },
+            v.as_str().unwrap()
+        ),
         // Accepted and ignored.
         "meta-plugin" => {}
         "poll-timeout" => {
