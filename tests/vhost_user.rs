@@ -646,3 +646,98 @@ fn an_agent_restart_keeps_a_vhost_user_port_a_pmd_port() {
     let left: Vec<_> = std::fs::read_dir(&agents_ports.0).unwrap().collect();
     assert!(left.is_empty(), "the agent's /port files left: {left:?}");
 }
+
+/// `inspect` shows a vhost-user attachment by its link, says when the link is gone, and finds
+/// a `uvh_vif_` link into the pods' directories that no attachment explains.
+#[test]
+fn inspect_shows_the_link_its_loss_and_orphan_links() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.add("net1", "dpdk-net");
+    let vmi = &d.fx.pod.vmis[0];
+    let row = |rows: &[Value]| {
+        rows.iter()
+            .find(|r| r["vmi"] == vmi.uuid.as_str())
+            .cloned()
+            .unwrap()
+    };
+    let link_name = d.link(0).file_name().unwrap().to_str().unwrap().to_string();
+    let r = row(&d.fx.node.inspect());
+    assert_eq!(
+        (&r["host"], &r["mac"], &r["health"]),
+        (&json!(link_name), &json!(vmi.mac), &json!("ok")),
+        "{r}"
+    );
+    assert_eq!(r["addresses"], json!([vmi.addr()]));
+    // Someone removed the link: vrouter-dpdk can no longer reach the pod.
+    std::fs::remove_file(d.link(0)).unwrap();
+    assert_eq!(
+        row(&d.fx.node.inspect())["health"],
+        "vhost-user link missing"
+    );
+    let out = d.fx.call("CHECK", "net1", &d.conf("dpdk-net"));
+    assert_eq!(out.code(), 103, "{out:?}");
+    // A link of this plugin's kind that no attachment explains.
+    let orphan = d.vrouter.0.join("uvh_vif_tap0123456789a");
+    std::os::unix::fs::symlink(d.vhost.0.join("pods/gone/net1.sock"), &orphan).unwrap();
+    let rows = d.fx.node.inspect();
+    let o = rows
+        .iter()
+        .find(|r| r["host"] == "uvh_vif_tap0123456789a")
+        .unwrap();
+    assert_eq!(o["health"], "orphan vhost-user link");
+    assert_eq!(
+        o["fix"],
+        format!("if no pod uses it: rm {}", orphan.display())
+    );
+    std::fs::remove_file(&orphan).unwrap();
+    d.del("net1", "dpdk-net");
+    d.assert_nothing_left();
+}
+
+/// An ADD that fails after its `POST /port` (the VMI never gets its IP configuration) undoes
+/// it: no link, no directory, no JSON file, no registration by either route; the VMI stays
+/// reserved for the retry, which fails the same way, and the runtime's DEL leaves nothing.
+#[test]
+fn an_add_that_fails_after_its_registration_leaves_nothing() {
+    let vmis = vec![VmiSpec::new("dpdk-net", 1).with("ip-delay-ms", json!(600_000))];
+    let mut d = Dpdk::new(vmis, true);
+    d.fx.set("poll-timeout", json!(0.1))
+        .set("poll-retries", json!(3));
+    for _ in 0..2 {
+        let out = d.fx.call("ADD", "net1", &d.conf("dpdk-net"));
+        assert_eq!(out.code(), 11, "{out:?}");
+        assert!(out.msg().contains(&d.fx.pod.vmis[0].uuid), "{}", out.msg());
+        let by = d.fx.sim.get("/sim/requests");
+        let posts = by
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("POST /port "));
+        assert!(posts.count() > 0, "never registered: {by}");
+        d.fx.assert_rolled_back();
+        assert_eq!(d.links(), [] as [String; 0]);
+        assert!(!d.pod_dir().exists());
+        assert_eq!(
+            d.fx.node.reservations(&d.fx.pod),
+            [d.fx.pod.vmis[0].uuid.clone()]
+        );
+    }
+    d.del("net1", "dpdk-net");
+    d.assert_nothing_left();
+}
+
+/// Thick mode attaches every VMI of a pod in one call with one config: a network's
+/// `interface-type` has nowhere to come from, and vhost-user is refused before anything.
+#[cfg(feature = "thick")]
+#[test]
+fn thick_mode_refuses_vhost_user_before_anything() {
+    let mut d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.fx.set("mode", json!("thick"));
+    let mut conf = d.conf("dpdk-net");
+    conf["contrail"]["mode"] = json!("thick");
+    let out = d.fx.call("ADD", "eth0", &conf);
+    assert_eq!(out.code(), 7, "{out:?}");
+    assert!(out.msg().contains("plugin mode"), "{}", out.msg());
+    assert_eq!(d.fx.sim.requests(), 0);
+    d.assert_nothing_left();
+}

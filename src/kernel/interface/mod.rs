@@ -330,15 +330,7 @@ impl Spec {
                     socket_path: None,
                 },
             ],
-            ips: self
-                .addresses
-                .iter()
-                .map(|(address, gateway)| cni::IpConfig {
-                    address: *address,
-                    gateway: *gateway,
-                    interface: 1,
-                })
-                .collect(),
+            ips: self.ips(1),
             routes: defaults
                 .iter()
                 .map(|(dst, gw)| cni::Route {
@@ -348,6 +340,16 @@ impl Spec {
                 .collect(),
             nameservers: self.nameservers.clone(),
         }
+    }
+
+    /// The agent's addresses, indexed to the result's interface `interface`.
+    fn ips(&self, interface: usize) -> Vec<cni::IpConfig> {
+        let each = self.addresses.iter().map(|(address, gateway)| cni::IpConfig {
+            address: *address,
+            gateway: *gateway,
+            interface,
+        });
+        each.collect()
     }
 
     /// The CNI result of a vhost-user attachment: no host side and nothing in the pod's
@@ -363,15 +365,7 @@ impl Spec {
                 sandbox: Some(self.netns.clone()),
                 socket_path: Some(socket_path.to_string()),
             }],
-            ips: self
-                .addresses
-                .iter()
-                .map(|(address, gateway)| cni::IpConfig {
-                    address: *address,
-                    gateway: *gateway,
-                    interface: 0,
-                })
-                .collect(),
+            ips: self.ips(0),
             routes: self
                 .defaults
                 .iter()
