@@ -344,11 +344,14 @@ impl Spec {
 
     /// The agent's addresses, indexed to the result's interface `interface`.
     fn ips(&self, interface: usize) -> Vec<cni::IpConfig> {
-        let each = self.addresses.iter().map(|(address, gateway)| cni::IpConfig {
-            address: *address,
-            gateway: *gateway,
-            interface,
-        });
+        let each = self
+            .addresses
+            .iter()
+            .map(|(address, gateway)| cni::IpConfig {
+                address: *address,
+                gateway: *gateway,
+                interface,
+            });
         each.collect()
     }
 
