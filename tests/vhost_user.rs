@@ -217,8 +217,8 @@ fn packets_cross_from_the_application_to_the_vrouter_through_the_plugins_socket(
     eprintln!("vRouter side received {rx}, the application sent {tx}");
     assert!(rx > 0 && rx <= tx, "rx {rx} tx {tx}\n{vr_out}\n{app_out}");
 
-    // The pod goes: DEL removes the link, the JSON file, the socket nothing listens on any
-    // more, the directory, and the POST /port registration.
+    // The pod goes: DEL removes the link, the JSON file, the socket the application left
+    // behind, the directory, and the POST /port registration.
     d.del("net1", "dpdk-net");
     d.assert_nothing_left();
 }
@@ -451,6 +451,16 @@ fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
     let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
     d.add("net1", "dpdk-net");
     d.fx.remove_netns();
+    let (_host, watch) = sweeper(&d);
+    wait_for("the sweep", BOUND, || {
+        watch.log().contains("sweep released 1 attachment(s)")
+    });
+    watch.terminate();
+    d.assert_node_clean();
+}
+
+/// `install --watch` on the node's file, sweeping every second without a grace period.
+fn sweeper(d: &Dpdk) -> (TempDir, Watch) {
     let host = TempDir::new();
     let conf = host.0.join("10-contrail.conf");
     std::fs::copy(d.fx.node.node_file(), &conf).unwrap();
@@ -460,11 +470,26 @@ fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
         &conf,
         &["--sweep-interval", "1", "--sweep-grace", "0"],
     );
-    wait_for("the sweep", BOUND, || {
-        watch.log().contains("sweep released 1 attachment(s)")
-    });
-    watch.terminate();
-    d.assert_node_clean();
+    (host, watch)
+}
+
+/// A DEL that comes while the application still listens (not the kubelet's order, but a
+/// runtime's or an operator's): the socket goes with the port, and the pod's directory with it;
+/// the application is not disturbed (nothing connects to it to find out whether it listens).
+#[test]
+fn a_del_while_the_application_listens_removes_its_socket_and_directory() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], false);
+    d.add("net1", "dpdk-net");
+    let socket = d.pod_dir().join("net1.sock");
+    let app = Testpmd::app(&d.pod_dir(), "net1.sock", &[&d.vrouter.0, &d.vhost.0]);
+    wait_for("the application's socket", BOUND, || is_socket(&socket));
+    d.del("net1", "dpdk-net");
+    d.assert_nothing_left();
+    let out = app.stop(BOUND);
+    assert!(
+        !out.contains("Connected") && !out.contains("new device"),
+        "{out}"
+    );
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
