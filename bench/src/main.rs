@@ -310,6 +310,10 @@ struct Ctx {
     empty: PathBuf,
     /// Config files on stdin, by purpose.
     ours_conf: PathBuf,
+    /// The same network asking for a vhost-user attachment (the node says it is DPDK).
+    vhost_conf: PathBuf,
+    /// The node's vrouter-dpdk socket directory, where a vhost-user ADD makes its link.
+    vrouter_dir: PathBuf,
     ptp_conf: PathBuf,
     version_conf: PathBuf,
     bench_pod: PodSpec,
@@ -332,6 +336,7 @@ impl Ctx {
             pod: pod.to_string(),
             cni_path: self.opts.cni_dir.to_string_lossy().into_owned(),
             conf_dir: node.conf_dir.0.to_string_lossy().into_owned(),
+            pod_uid: None,
         }
     }
 
@@ -406,8 +411,17 @@ fn setup(opts: Opts) -> R<Ctx> {
         .chain(&node_pods)
         .collect();
     let sim = Sim::start_with(&opts.sim, &all, &[]);
-    let node = node_in(&sim, &ext4.dir.join("ports"));
+    let mut node = node_in(&sim, &ext4.dir.join("ports"));
+    // A DPDK node too, for vhost-user attachments (keys a veth attachment does not read).
+    let vrouter_dir = dir.0.join("vrouter");
+    fs::create_dir_all(&vrouter_dir).map_err(|e| e.to_string())?;
+    node.set("vrouter-mode", json!("dpdk"))
+        .set("vrouter-socket-dir", json!(vrouter_dir))
+        .set("vhost-dir", json!(dir.0.join("vhost")));
     let ours_conf = stdin_conf(&dir.0, &node, "contrail-k8s-cni")?;
+    let mut vhost = node.netconf("1.0.0", "contrail-k8s-cni");
+    vhost["contrail"] = json!({"interface-type": "vhost-user"});
+    let vhost_conf = write_json(dir.0.join("net-vhost-user.json"), &vhost)?;
     let mut thick_node = node_in(&sim, &ext4.dir.join("thick-ports"));
     thick_node.set("mode", json!("thick"));
     // ptp + static doing what contrail-k8s-cni does for one attachment: a veth pair with the
@@ -430,6 +444,8 @@ fn setup(opts: Opts) -> R<Ctx> {
         thick_node,
         empty,
         ours_conf,
+        vhost_conf,
+        vrouter_dir,
         ptp_conf,
         version_conf,
         bench_pod,

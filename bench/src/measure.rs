@@ -270,6 +270,8 @@ pub(crate) struct CniEnv {
     pub(crate) pod: String,
     pub(crate) cni_path: String,
     pub(crate) conf_dir: String,
+    /// `K8S_POD_UID`, which a vhost-user attachment needs (its directory's name).
+    pub(crate) pod_uid: Option<String>,
 }
 
 impl CniEnv {
@@ -283,8 +285,13 @@ impl CniEnv {
                 "CNI_ARGS",
                 format!(
                     "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={};\
-                     K8S_POD_INFRA_CONTAINER_ID={}",
-                    self.pod, self.container_id
+                     K8S_POD_INFRA_CONTAINER_ID={}{}",
+                    self.pod,
+                    self.container_id,
+                    self.pod_uid
+                        .as_ref()
+                        .map(|u| format!(";K8S_POD_UID={u}"))
+                        .unwrap_or_default()
                 ),
             ),
             ("CNI_PATH", self.cni_path.clone()),
@@ -332,6 +339,7 @@ impl CniEnv {
             pod: self.pod.clone(),
             cni_path: self.cni_path.clone(),
             conf_dir: self.conf_dir.clone(),
+            pod_uid: self.pod_uid.clone(),
         }
     }
 }

@@ -78,6 +78,9 @@ impl Rss {
 
 pub(crate) struct Single {
     pub(crate) ours: Variant,
+    /// contrail-k8s-cni with the same network as a vhost-user attachment: no kernel interface,
+    /// `POST /port`, the pod's directory and the `uvh_vif_` link.
+    pub(crate) vhost: Variant,
     pub(crate) ptp: Variant,
     /// The attachment's netlink work in-process: the netns, the sockets, the operations.
     pub(crate) raw: Variant,
@@ -104,6 +107,7 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
     let ns = Netns::new();
     let mut s = Single {
         ours: Variant::default(),
+        vhost: Variant::default(),
         ptp: Variant::default(),
         raw: Variant::default(),
         raw_ops: Variant::default(),
@@ -127,9 +131,16 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
         }
         let keep = i >= cx.sizes.warmup;
         // Rotate the order so that no variant always runs right after another: 0
-        // contrail-k8s-cni, 1 ptp + static, 2 the floor's parts.
-        for k in 0..3 {
-            let variant = (i + k) % 3;
+        // contrail-k8s-cni, 1 ptp + static, 2 the floor's parts, 3 contrail-k8s-cni vhost-user.
+        for k in 0..4 {
+            let variant = (i + k) % 4;
+            if variant == 3 {
+                let t = vhost_user_add_del(cx, &ns, &scratch, i == 0)?;
+                if keep {
+                    s.vhost.push(t.0, t.1);
+                }
+                continue;
+            }
             let (who, bin, conf, into) = match variant {
                 0 => (
                     "contrail-k8s-cni",
@@ -240,6 +251,35 @@ pub(crate) fn one_attachment(cx: &Ctx) -> R<Single> {
     assert_empty(&ns, "ADD+DEL under ptrace")?;
     s.rss = labels.into_iter().zip(rss).collect();
     Ok(s)
+}
+
+/// One ADD and DEL of the bench pod's attachment as a vhost-user one: (ADD ms, DEL ms). The
+/// first run checks the link was made and removed, and that the pod's netns was left alone.
+fn vhost_user_add_del(cx: &Ctx, ns: &Netns, scratch: &Path, verify: bool) -> R<(f64, f64)> {
+    let who = "contrail-k8s-cni vhost-user";
+    let mut env = cx.env(&cx.node, "ADD", ns, &cx.bench_pod.name);
+    env.pod_uid = Some(cx.bench_pod.uuid.clone());
+    let links = || -> usize {
+        fs::read_dir(&cx.vrouter_dir)
+            .map(|d| d.flatten().count())
+            .unwrap_or(0)
+    };
+    let add = env.run(&cx.opts.plugin, &cx.vhost_conf, scratch)?;
+    expect_add(who, &add)?;
+    if verify {
+        assert_empty(ns, who)?;
+        if links() != 1 {
+            return Err(format!("{who}: ADD made no uvh_vif_ link"));
+        }
+    }
+    let del = env
+        .with("DEL")
+        .run(&cx.opts.plugin, &cx.vhost_conf, scratch)?;
+    expect_del(who, &del)?;
+    if verify && links() != 0 {
+        return Err(format!("{who}: DEL left the uvh_vif_ link"));
+    }
+    Ok((add.ms(), del.ms()))
 }
 
 pub(crate) struct RawTimes {

@@ -339,6 +339,7 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     );
     let rows = [
         ("contrail-k8s-cni", &s.ours),
+        ("contrail-k8s-cni, vhost-user attachment", &s.vhost),
         ("ptp + static", &s.ptp),
         ("floor: raw rtnetlink (netns, sockets, operations)", &s.raw),
         ("raw rtnetlink, operations only", &s.raw_ops),
@@ -404,14 +405,17 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
          registration, the IP configuration) and writes its state file (no fsync, section 4) \
          under the pod lock; its DEL makes {req_del} (the deregistration) and removes the file. \
          The floor has no files and no parsing of its own; most of every DEL is the kernel's \
-         veth deletion, which waits for an RCU grace period."
+         veth deletion, which waits for an RCU grace period. The vhost-user row is the same \
+         network as a vhost-user attachment on a DPDK node: `POST /port` instead of `POST /vm`, \
+         the pod's directory, a symlink and a JSON file instead of a veth; its DEL makes one \
+         request (`DELETE /port/<vmi>`) and deletes no kernel interface."
     );
     let _ = writeln!(
         m,
         "\nADD+DEL of each run, for comparison with earlier runs (no longer a target):\n"
     );
     let _ = writeln!(m, "| | median | p95 | min | max |\n|---|---|---|---|---|");
-    for (name, v) in &rows[..3] {
+    for (name, v) in rows.iter().filter(|(n, _)| !n.starts_with("raw rtnetlink")) {
         let t = stats(&v.total);
         let _ = writeln!(
             m,
