@@ -18,6 +18,9 @@ const BOUND: Duration = Duration::from_secs(60);
 struct Dpdk {
     fx: Fixture,
     vrouter: TempDir,
+    /// `vhost-dir` (`<vhost>/pods`), a tmpfs that follows no symlink, as a node mounts it;
+    /// unmounted before `vhost` goes.
+    guard: Option<Guard>,
     vhost: TempDir,
     devinfo: TempDir,
     /// Where the simulator's vrouter-dpdk stand-in looks, when testpmd plays that part instead.
@@ -52,6 +55,7 @@ impl Dpdk {
             "100",
         ];
         sim_args.extend(extra);
+        let guard = Some(Guard::mount(&vhost.0.join("pods")));
         let mut fx = Fixture::with_sim(vmis, &sim_args);
         let sim_args = sim_args.iter().map(|a| a.to_string()).collect();
         fx.set("vrouter-socket-dir", json!(vrouter.0))
@@ -61,6 +65,7 @@ impl Dpdk {
         Dpdk {
             fx,
             vrouter,
+            guard,
             vhost,
             devinfo,
             _elsewhere: elsewhere,
@@ -155,6 +160,25 @@ impl Dpdk {
             .collect();
         assert!(devinfo.is_empty(), "device-info left: {devinfo:?}");
         assert_eq!(self.fx.sim.violations(), [] as [Value; 0]);
+    }
+}
+
+/// A tmpfs mounted `nosymfollow` (the node's `vhost-dir`), unmounted on drop.
+struct Guard(PathBuf);
+
+impl Guard {
+    fn mount(dir: &Path) -> Guard {
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.to_str().unwrap();
+        let opts = "nosymfollow,nodev,noexec,nosuid,mode=0755";
+        sh("mount", &["-t", "tmpfs", "-o", opts, "tmpfs", path]);
+        Guard(dir.to_path_buf())
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = try_sh("umount", &["-l", self.0.to_str().unwrap()]);
     }
 }
 
@@ -261,7 +285,8 @@ fn a_node_without_a_dpdk_vrouter_refuses_before_anything_is_made() {
         assert_eq!(out.code(), 7, "{out:?}");
         assert!(out.msg().contains(words), "{}", out.msg());
         assert_eq!(d.fx.sim.requests(), 0, "the agent was asked");
-        assert!(!d.vhost.0.join("pods").exists());
+        let made = std::fs::read_dir(d.vhost.0.join("pods")).unwrap().count();
+        assert_eq!(made, 0, "a pod directory was made");
         d.assert_nothing_left();
     };
     refused(&d, "no dpdk_netlink in");
@@ -778,5 +803,57 @@ fn thick_mode_refuses_vhost_user_before_anything() {
     assert_eq!(out.code(), 7, "{out:?}");
     assert!(out.msg().contains("plugin mode"), "{}", out.msg());
     assert_eq!(d.fx.sim.requests(), 0);
+    d.assert_nothing_left();
+}
+
+/// A pod puts a symlink where its socket goes, to a socket of someone else's. vrouter-dpdk,
+/// root in the host's mount namespace, must not follow it: `vhost-dir` follows no symlink, so
+/// its connect fails there while the plugin's own link, in the vRouter's directory, still
+/// leads into the pod's directory. Without that mount, ADD refuses before anything is made.
+#[test]
+fn a_symlink_in_place_of_the_socket_leads_the_vrouter_nowhere() {
+    let mut d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    d.add("net1", "dpdk-net");
+    let victim_dir = TempDir::new();
+    let victim = std::os::unix::net::UnixListener::bind(victim_dir.0.join("other.sock")).unwrap();
+    victim.set_nonblocking(true).unwrap();
+    std::os::unix::fs::symlink(
+        victim_dir.0.join("other.sock"),
+        d.pod_dir().join("net1.sock"),
+    )
+    .unwrap();
+    let standin = || d.fx.sim.get("/sim/vhost")[0].clone();
+    let tried = standin()["attempts"].as_u64().unwrap();
+    wait_for("vrouter-dpdk to try again", BOUND, || {
+        standin()["attempts"].as_u64().unwrap() >= tried + 3
+    });
+    assert_eq!(standin()["connected"], false);
+    assert!(
+        standin()["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("symbolic links"),
+        "{}",
+        standin()
+    );
+    let accepted = victim.accept();
+    assert!(
+        accepted
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "the victim's socket got a connection: {accepted:?}"
+    );
+    // The pod's symlink is not a socket: DEL leaves it, and the directory with it, alone.
+    d.del("net1", "dpdk-net");
+    std::fs::remove_file(d.pod_dir().join("net1.sock")).unwrap();
+    std::fs::remove_dir(d.pod_dir()).unwrap();
+    d.assert_nothing_left();
+
+    // A node whose vhost-dir follows symlinks: refused before anything.
+    d.guard = None;
+    let out = d.fx.call("ADD", "net1", &d.conf("dpdk-net"));
+    assert_eq!(out.code(), 7, "{out:?}");
+    assert!(out.msg().contains("nosymfollow"), "{}", out.msg());
+    assert_eq!(d.fx.sim.ports(), []);
     d.assert_nothing_left();
 }

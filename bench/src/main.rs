@@ -299,6 +299,9 @@ struct Ctx {
     /// The node's disk: ext4 on a loop device. Declared before `dir`, which holds its image, so
     /// that it is unmounted first.
     ext4: Mount,
+    /// The node's `vhost-dir`: a tmpfs that follows no symlink, as the plugin requires; held
+    /// until the end, unmounted before `dir` goes.
+    _vhost_dir: Mount,
     dir: TempDir,
     sim: Sim,
     /// The node of every phase but thick mode (and section 4's other filesystems): the state
@@ -418,6 +421,7 @@ fn setup(opts: Opts) -> R<Ctx> {
     node.set("vrouter-mode", json!("dpdk"))
         .set("vrouter-socket-dir", json!(vrouter_dir))
         .set("vhost-dir", json!(dir.0.join("vhost")));
+    let vhost_dir = Mount::tmpfs(dir.0.join("vhost"), ",nosymfollow,mode=0755")?;
     let ours_conf = stdin_conf(&dir.0, &node, "contrail-k8s-cni")?;
     let mut vhost = node.netconf("1.0.0", "contrail-k8s-cni");
     vhost["contrail"] = json!({"interface-type": "vhost-user"});
@@ -438,6 +442,7 @@ fn setup(opts: Opts) -> R<Ctx> {
         opts,
         sizes,
         ext4,
+        _vhost_dir: vhost_dir,
         dir,
         sim,
         node,

@@ -492,8 +492,8 @@ pub(crate) struct Mount {
 }
 
 impl Mount {
-    /// A tmpfs of 64 MiB.
-    fn tmpfs(dir: PathBuf) -> R<Mount> {
+    /// A tmpfs of 64 MiB, with more mount `options` ("" for none).
+    pub(crate) fn tmpfs(dir: PathBuf, options: &str) -> R<Mount> {
         let mut m = Mount {
             dir,
             image: None,
@@ -502,7 +502,14 @@ impl Mount {
         fs::create_dir_all(&m.dir).map_err(|e| format!("{}: {e}", m.dir.display()))?;
         try_sh(
             "mount",
-            &["-t", "tmpfs", "-o", "size=64m", "tmpfs", &m.path()],
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size=64m{options}"),
+                "tmpfs",
+                &m.path(),
+            ],
         )?;
         m.mounted = true;
         Ok(m)
@@ -565,7 +572,7 @@ pub(crate) struct Disk {
 /// other phases), on tmpfs and in the temporary directory, interleaved; then one ADD and one
 /// DEL of each under strace, counting their syncs.
 pub(crate) fn disk(cx: &Ctx) -> R<Vec<Disk>> {
-    let tmpfs = Mount::tmpfs(cx.dir.0.join("tmpfs"))?;
+    let tmpfs = Mount::tmpfs(cx.dir.0.join("tmpfs"), "")?;
     let places = [
         (
             format!(

@@ -129,6 +129,7 @@ fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<Vhos
     let system_name = crate::kernel::names::host_ifname("00000000-0000-0000-0000-000000000000");
     let dirs = vhost::Dirs::new(c);
     dirs.checked_paths(&uid, &system_name, ifname)?;
+    dirs.check_guarded()?;
     let asked = conf
         .runtime_config
         .as_ref()

@@ -250,7 +250,8 @@ keys! {
          are made there; never mounted into a pod",
         field!(vrouter_socket_dir, |v, _| v.path().expect("vrouter-socket-dir is not optional"));
     "vhost-dir", Node, Kind::Path { optional: false }, "/var/run/contrail-k8s-cni/vhost",
-        "root of the per-pod directories (named by the pod's UID) that hold vhost-user sockets",
+        "root of the per-pod directories (named by the pod's UID) that hold vhost-user \
+         sockets; must be on a nosymfollow mount (docs/vhost-user.md)",
         field!(vhost_dir, |v, _| v.path().expect("vhost-dir is not optional"));
     "vhost-pod-dir", Node, Kind::Path { optional: false }, "/var/run/vhost",
         "where pods mount their own directory of vhost-dir (hostPath with subPathExpr: \

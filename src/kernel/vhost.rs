@@ -19,6 +19,9 @@ use crate::kernel::conflict::Conflict;
 /// 22.11's virtio-user silently cut it at 107. Every path is checked, never cut.
 pub const MAX_SOCKET_PATH: usize = 107;
 
+/// The kernel's `ST_NOSYMFOLLOW` (`linux/statfs.h`, Linux 5.10; not in the libc crate).
+const ST_NOSYMFOLLOW: libc::c_ulong = 0x2000;
+
 /// The prefix vrouter-dpdk gives the socket of a vhost-user port in its socket directory.
 pub const UVH_PREFIX: &str = "uvh_vif_";
 
@@ -100,6 +103,31 @@ impl Dirs {
             }
         }
         Ok(p)
+    }
+
+    /// Whether `vhost-dir` is on a mount that follows no symlink (`nosymfollow`), refused
+    /// (code 7) otherwise, before anything is made. A pod can put a symlink where its socket
+    /// goes, and vrouter-dpdk, root in the host's mount namespace, would connect wherever it
+    /// points: another pod's socket, the vRouter's own. On such a mount that connect fails
+    /// (`ELOOP`), while the link in the vRouter's directory, on another mount, still leads in.
+    pub fn check_guarded(&self) -> Result<()> {
+        let refuse = |why: String| {
+            Err(Error::config(
+                "contrail.vhost-dir",
+                format!(
+                    "{} {why}: a pod could put a symlink where its socket goes, which \
+                     vrouter-dpdk would follow; mount it first (Linux 5.10 or later): mount -t \
+                     tmpfs -o nosymfollow,nodev,noexec,nosuid,mode=0755 tmpfs {}",
+                    self.root.display(),
+                    self.root.display()
+                ),
+            ))
+        };
+        match nosymfollow(&self.root) {
+            Ok(true) => Ok(()),
+            Ok(false) => refuse("is not on a nosymfollow mount".into()),
+            Err(e) => refuse(format!("cannot be checked ({e})")),
+        }
     }
 
     /// The device-info file a runtime asks for (`runtimeConfig.CNIDeviceInfoFile`, which Multus
@@ -260,6 +288,21 @@ fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
             let _ = fs::remove_file(&tmp);
             Error::io("writing", path)(e)
         })
+}
+
+/// Whether `dir`'s mount follows no symlink.
+fn nosymfollow(dir: &Path) -> io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated; statvfs fills `st` when it returns 0. (nix's statvfs
+    // drops the flags it does not know, this one among them.)
+    if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: filled above.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_flag & ST_NOSYMFOLLOW != 0)
 }
 
 /// Whether `path` is a unix socket (not a link, a file or a directory of that name).
