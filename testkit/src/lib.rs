@@ -1499,19 +1499,18 @@ impl Drop for Testpmd {
 /// The last `RX-packets: N` testpmd printed (its periodic statistics, or at exit its forward
 /// statistics); 0 before any.
 pub fn rx_packets(output: &str) -> u64 {
-    output
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("RX-packets:"))
-        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .next_back()
-        .unwrap_or(0)
+    last_count(output, "RX-packets:")
 }
 
 /// The last `TX-packets: N` testpmd printed; 0 before any.
 pub fn tx_packets(output: &str) -> u64 {
+    last_count(output, "TX-packets:")
+}
+
+fn last_count(output: &str, label: &str) -> u64 {
     output
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("TX-packets:"))
+        .filter_map(|l| l.trim().strip_prefix(label))
         .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
         .next_back()
         .unwrap_or(0)
