@@ -353,16 +353,7 @@ fn vhost(sim: &Sim) -> Vec<Value> {
 fn dpdk_stand_in_retries_until_the_apps_socket_appears_behind_a_symlink() {
     let pod = two_vmi_pod();
     let (vr, pod_dir) = (TempDir::new(), TempDir::new());
-    let sim = Sim::start(
-        &[&pod],
-        &[
-            "--dpdk",
-            "--vr-socket-dir",
-            vr.0.to_str().unwrap(),
-            "--vhost-retry-ms",
-            "50",
-        ],
-    );
+    let sim = Sim::dpdk(&[&pod], &vr.0);
     // The vRouter's fixed path is a symlink into the pod's directory, where nothing listens yet.
     let sock = pod_dir.0.join("sock");
     let link = vr.0.join("uvh_vif_vhost0h");
@@ -427,16 +418,7 @@ fn dpdk_stand_in_truncates_a_path_longer_than_107_bytes_like_vrouter_dpdk() {
     let vr = TempDir::new();
     let long = vr.0.join("d".repeat(100));
     std::fs::create_dir(&long).unwrap();
-    let sim = Sim::start(
-        &[&pod],
-        &[
-            "--dpdk",
-            "--vr-socket-dir",
-            long.to_str().unwrap(),
-            "--vhost-retry-ms",
-            "50",
-        ],
-    );
+    let sim = Sim::dpdk(&[&pod], &long);
     call(&sim, "POST", "/port", Some(&nova(&sim, &pod, 0, "vhost0j")));
     let v = &vhost(&sim)[0];
     assert_eq!(v["truncated"], true);

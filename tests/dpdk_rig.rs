@@ -48,16 +48,7 @@ fn the_simulators_vrouter_dpdk_stand_in_connects_to_a_real_virtio_user_app() {
     enter_node();
     let (pod_dir, vr_dir) = (TempDir::new(), TempDir::new());
     let pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    let sim = Sim::start(
-        &[&pod],
-        &[
-            "--dpdk",
-            "--vr-socket-dir",
-            vr_dir.0.to_str().unwrap(),
-            "--vhost-retry-ms",
-            "100",
-        ],
-    );
+    let sim = Sim::dpdk(&[&pod], &vr_dir.0);
     let sock = pod_dir.0.join("sock");
     symlink(&sock, vr_dir.0.join("uvh_vif_vhost0b")).unwrap();
     let vn = sim.get(&format!("/vm-cfg/{}", pod.vm_name()))[0]["vn-id"].clone();

@@ -47,17 +47,11 @@ impl Dpdk {
         );
         std::fs::write(vrouter.0.join("dpdk_netlink"), "").unwrap();
         let watched = if standin { &vrouter.0 } else { &elsewhere.0 };
-        let mut sim_args = vec![
-            "--dpdk",
-            "--vr-socket-dir",
-            watched.to_str().unwrap(),
-            "--vhost-retry-ms",
-            "100",
-        ];
-        sim_args.extend(extra);
+        let mut sim_args = dpdk_args(watched);
+        sim_args.extend(extra.iter().map(|a| a.to_string()));
         let guard = Some(Guard::mount(&vhost.0.join("pods")));
-        let mut fx = Fixture::with_sim(vmis, &sim_args);
-        let sim_args = sim_args.iter().map(|a| a.to_string()).collect();
+        let args: Vec<&str> = sim_args.iter().map(String::as_str).collect();
+        let mut fx = Fixture::with_sim(vmis, &args);
         fx.set("vrouter-socket-dir", json!(vrouter.0))
             .set("vhost-dir", json!(vhost.0.join("pods")))
             .set("vhost-pod-dir", json!(APP_SOCKET_DIR))

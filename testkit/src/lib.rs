@@ -400,6 +400,16 @@ impl PodSpec {
     }
 }
 
+/// The simulator's switches for a DPDK node whose vrouter-dpdk socket directory is
+/// `vr_socket_dir`; its stand-in retries every 50 ms (vrouter-dpdk: 5 s), so that tests wait
+/// little.
+pub fn dpdk_args(vr_socket_dir: &Path) -> Vec<String> {
+    let dir = vr_socket_dir.to_str().unwrap();
+    ["--dpdk", "--vr-socket-dir", dir, "--vhost-retry-ms", "50"]
+        .map(String::from)
+        .to_vec()
+}
+
 /// One raw HTTP/1.1 exchange on a kept-alive connection ([`Sim::connect`]): (status line, body).
 /// Raw on purpose: the status line and the framing are part of the agent's contract, and the
 /// agent sends no Connection header (its sessions stay open).
@@ -465,6 +475,13 @@ impl Sim {
     }
 
     /// [`Sim::start`] with the simulator binary at `bin`.
+    /// On a DPDK node: `--dpdk`, its vrouter-dpdk stand-in connecting to the `uvh_vif_` links
+    /// in `vr_socket_dir` (see [`dpdk_args`]).
+    pub fn dpdk(pods: &[&PodSpec], vr_socket_dir: &Path) -> Sim {
+        let args = dpdk_args(vr_socket_dir);
+        Sim::start(pods, &args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     pub fn start_with(bin: &Path, pods: &[&PodSpec], args: &[&str]) -> Sim {
         Sim::spawn(bin, Sim::pods_file(pods), "127.0.0.1", args)
     }
