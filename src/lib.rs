@@ -34,11 +34,23 @@ use crate::ops::{logging, metrics};
 
 /// `--version`: the crate version, the git revision it was built from, the CNI versions.
 pub fn version() -> String {
+    let features: Vec<&str> = [
+        ("thick", cfg!(feature = "thick")),
+        ("crash-points", cfg!(feature = "crash-points")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
     format!(
-        "{} (git {}); CNI versions {}",
+        "{} (git {}); CNI versions {}{}",
         env!("CARGO_PKG_VERSION"),
         env!("GIT_REVISION"),
-        cni::SUPPORTED_VERSIONS.join(", ")
+        cni::SUPPORTED_VERSIONS.join(", "),
+        if features.is_empty() {
+            String::new()
+        } else {
+            format!("; features {}", features.join(", "))
+        }
     )
 }
 

@@ -274,7 +274,8 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     symlink("/dev/zero", dir.join(B)).unwrap();
     let started = Instant::now();
     let files = state.read_pod(POD).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // Neither is read: a FIFO's read would wait forever, /dev/zero's would never end.
+    assert!(started.elapsed() < Duration::from_secs(30));
     let why: Vec<&str> = files.unreadable.iter().map(|u| u.why.as_str()).collect();
     assert_eq!(
         why,

@@ -17,35 +17,77 @@ use serde_json::{Value, json};
 
 pub mod procfs;
 
-/// Where this build's binaries are: a test runs from `target/<triple>/<profile>/deps`, one
-/// level below.
-fn build_dir() -> PathBuf {
+/// Where the binaries under test are: the release build of the plugin and the simulator, in
+/// `target/<triple>/release/`. A test binary runs from `target/<triple>/<profile>/deps` (the
+/// `testing` profile), a program of the release build (the benchmark) from the release directory
+/// itself; `CONTRAIL_BIN_DIR` names another.
+fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CONTRAIL_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
     let exe = std::env::current_exe().expect("the test's own path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("a test binary in target/<triple>/<profile>/deps")
-        .to_path_buf()
+    let mut dir = exe.parent().expect("a binary in a directory");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("deps in a profile's directory");
+    }
+    dir.parent()
+        .expect("a profile's directory in target/<triple>")
+        .join("release")
 }
 
-/// A binary of this build, which the tests need built beforehand.
-fn built(rel: &str) -> PathBuf {
-    let p = build_dir().join(rel);
+/// A binary of the release build, which the tests need built beforehand.
+fn built(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
     assert!(
         p.exists(),
-        "{} is missing: run `cargo build --release --bins --examples` first",
+        "{} is missing: run `cargo build --release -p contrail-k8s-cni -p contrail-agent-sim` \
+         first (scripts/test does)",
         p.display()
     );
     p
 }
 
-/// The plugin binary of this build.
+/// The plugin binary under test. Its features must be the ones these tests were built with
+/// (`thick`, `crash-points`: scripts/test builds both with the same), or the tests of a feature
+/// would be left out, or fail for the wrong reason.
 pub fn plugin_bin() -> PathBuf {
-    built("contrail-k8s-cni")
+    static CHECKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let bin = built("contrail-k8s-cni");
+            let version = sh(bin.to_str().unwrap(), &["--version"]);
+            // "contrail-k8s-cni 0.2.0 (git ...); CNI versions ...; features thick, crash-points"
+            let features = version.trim().split("; features ").nth(1).unwrap_or("");
+            let has = |f: &str| features.split(", ").any(|w| w == f);
+            for (feature, built_with) in [
+                ("thick", cfg!(feature = "thick")),
+                ("crash-points", cfg!(feature = "crash-points")),
+            ] {
+                assert_eq!(
+                    has(feature),
+                    built_with,
+                    "{} says {version:?}: the tests were built {} feature {feature}; build both \
+                     with the same features (scripts/test)",
+                    bin.display(),
+                    if built_with { "with" } else { "without" },
+                );
+            }
+            bin
+        })
+        .clone()
 }
 
-/// The simulator example, built next to the binary.
+/// The agent simulator (package `contrail-agent-sim`).
 pub fn sim_bin() -> PathBuf {
-    built("examples/agent_sim")
+    built("contrail-agent-sim")
+}
+
+/// A file of this repository, by its path from the top (`netconf/contrail.conflist`).
+pub fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ in the repository")
+        .join(rel)
 }
 
 pub fn uuid() -> String {
@@ -741,6 +783,14 @@ impl Node {
         &self.file["contrail"]
     }
 
+    /// A deadline of 30 s a call (1 s a request), for tests whose subject is not a deadline:
+    /// many calls at once on a busy 2-core machine take seconds each (process starts, netns
+    /// entry, link changes under the kernel's one lock), which the default 3 s does not cover.
+    pub fn roomy(&mut self) -> &mut Node {
+        self.set("poll-timeout", json!(1))
+            .set("poll-retries", json!(30))
+    }
+
     /// Sets a key of the node-wide file (`Value::Null` removes it) and writes the file.
     pub fn set(&mut self, key: &str, value: Value) -> &mut Node {
         match value {
@@ -941,10 +991,11 @@ impl Node {
 pub fn wait_for(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(
-            start.elapsed() < bound,
-            "timed out after {bound:?} waiting for {what}"
-        );
+        if start.elapsed() >= bound {
+            // One last look: a condition slow to evaluate may have crossed the bound itself.
+            assert!(cond(), "timed out after {bound:?} waiting for {what}");
+            return;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -1062,7 +1113,7 @@ impl Drop for HostLink {
 /// of the VMI uuid (FNV-1a, then murmur3's finalizer). Deliberately written again from the
 /// manual rather than shared: the name is a contract with operators and with links an older
 /// version left behind, so a change to the plugin's scheme must fail a test. Checked against
-/// real ADD results in tests/faults.rs.
+/// real ADD results in e2e/faults.rs.
 pub fn host_ifname(vmi_uuid: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in vmi_uuid.bytes() {
@@ -1113,6 +1164,23 @@ impl Fixture {
     pub fn set(&mut self, key: &str, value: Value) -> &mut Fixture {
         self.node.set(key, value);
         self
+    }
+
+    /// `f` under another request budget than the node's (poll-timeout in seconds,
+    /// poll-retries), which is put back after: a test bounds the deadline of the call it is
+    /// about without making the calls around it a race with a busy machine's scheduler.
+    pub fn under<T>(&mut self, (timeout, retries): (f64, u32), f: impl FnOnce(&Fixture) -> T) -> T {
+        let contrail = self.node.contrail();
+        let saved = (
+            contrail["poll-timeout"].clone(),
+            contrail["poll-retries"].clone(),
+        );
+        self.set("poll-timeout", json!(timeout))
+            .set("poll-retries", json!(retries));
+        let out = f(self);
+        self.set("poll-timeout", saved.0)
+            .set("poll-retries", saved.1);
+        out
     }
 
     pub fn args(&self) -> String {
@@ -1215,9 +1283,34 @@ impl Fixture {
         assert_eq!(registered, self.node.state_files(&self.pod));
     }
 
-    /// What a failed ADD leaves: no interface in the netns, no host end, no attachment, no
-    /// registration; at most the reservations of the VMIs it claimed (see
-    /// [`Node::reservations`]), which its DEL or retry takes.
+    /// The rule every call keeps, as it stands when a call's deadline cut its deregistration
+    /// short: the agent holds no port of the pod that neither a state file nor a pending
+    /// release explains, and while no release is pending, exactly the pod's attachments that
+    /// have a state file (the next call for the pod, GC or the sweep finishes a pending one).
+    #[track_caller]
+    pub fn assert_registrations_explained(&self) {
+        let registered: Vec<String> = self.registered().into_iter().map(|(v, _, _)| v).collect();
+        let (files, pending) = (
+            self.node.state_files(&self.pod),
+            self.node.pending(&self.pod),
+        );
+        if pending.is_empty() {
+            assert_eq!(registered, files);
+        }
+        for vmi in &registered {
+            assert!(
+                files.contains(vmi) || pending.contains(vmi),
+                "port {vmi} registered, with no state file and no pending release: files \
+                 {files:?}, pending {pending:?}"
+            );
+        }
+    }
+
+    /// What a failed ADD leaves: no interface in the netns, no host end, no attachment; at most
+    /// the reservations of the VMIs it claimed (see [`Node::reservations`]), which its DEL or
+    /// retry takes, and a registration its rollback could not drop within the call's deadline,
+    /// recorded as a pending release for the next call (a timed-out ADD's rollback has what
+    /// is left of that deadline, 50 ms a request at least).
     #[track_caller]
     pub fn assert_rolled_back(&self) {
         assert_eq!(self.ns.ifnames(), ["lo"]);
@@ -1226,7 +1319,7 @@ impl Fixture {
             assert!(!host_link_exists(&tap), "host end {tap} left behind");
         }
         assert_eq!(self.node.state_files(&self.pod), [] as [String; 0]);
-        assert_eq!(self.sim.ports(), [], "port left registered");
+        self.assert_registrations_explained();
     }
 
     /// Nothing of the pod is left: no interface in the netns, no host end, no state (not even a
@@ -1234,6 +1327,7 @@ impl Fixture {
     #[track_caller]
     pub fn assert_nothing_left(&self) {
         self.assert_rolled_back();
+        assert_eq!(self.sim.ports(), [], "port left registered");
         assert!(
             !self.node.pod_dir_exists(&self.pod),
             "state left: reservations {:?}, pending {:?}",

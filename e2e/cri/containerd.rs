@@ -1,4 +1,4 @@
-//! kubelet's side of containerd's CRI, for tests/cri: a private containerd 1.6 (Debian's, with
+//! kubelet's side of containerd's CRI, for e2e/cri: a private containerd 1.6 (Debian's, with
 //! its CRI plugin and runc) in the test's node, a sandbox image built by the test, and a CRI
 //! client (`k8s-cri`, tonic's generated client of the kubernetes/cri-api protos) on the test's
 //! own thread.

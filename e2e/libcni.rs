@@ -1,10 +1,10 @@
 //! libcni end to end: the release binary driven by libcni 1.1.2 (Debian's
 //! golang-github-appc-cni-dev), the library runtimes use, through `target/cnitool`
-//! (tests/cnitool/main.go: cnitool's interface, built by scripts/test), with the network
+//! (e2e/cnitool/main.go: cnitool's interface, built by scripts/test), with the network
 //! configs shipped in netconf/ and Debian's `tuning` plugin (containernetworking-plugins 1.1.1)
 //! chained after us.
 //!
-//! What libcni adds over calling the plugin by hand (tests/plugin.rs): it finds .conf and
+//! What libcni adds over calling the plugin by hand (e2e/plugin.rs): it finds .conf and
 //! .conflist files by network name, injects `name` and `cniVersion` into each plugin's config,
 //! hands each plugin's result to the next one as `prevResult`, caches the list's ADD result
 //! and gives it back to CHECK and DEL as `prevResult` (from 0.4.0 on), refuses CHECK below
@@ -25,18 +25,14 @@ const VERSIONS: [&str; 4] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0"];
 const NETWORK: &str = "contrail-k8s-cni";
 const TUNING: &str = "/usr/lib/cni/tuning";
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The libcni driver. Built by scripts/test, not by cargo: a missing driver is a broken setup,
 /// so the tests fail (never skip) and say how to get it.
 fn cnitool_bin() -> PathBuf {
-    let p = repo().join("target/cnitool");
+    let p = repo_file("target/cnitool");
     assert!(
         p.exists(),
         "{} is missing: run scripts/test, which builds it (`GO111MODULE=off \
-         GOPATH=/usr/share/gocode go build -o target/cnitool tests/cnitool/main.go`)",
+         GOPATH=/usr/share/gocode go build -o target/cnitool e2e/cnitool/main.go`)",
         p.display()
     );
     p
@@ -45,7 +41,7 @@ fn cnitool_bin() -> PathBuf {
 /// A config file as shipped in netconf/: the tests change only what they must, so the files
 /// users copy are the ones proven here.
 fn shipped(file: &str) -> Value {
-    let p = repo().join("netconf").join(file);
+    let p = repo_file("netconf").join(file);
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", p.display()))
 }

@@ -30,12 +30,13 @@
 //! drops only its own registrations; one VMI through both routes is a violation. With `--dpdk`,
 //! a vrouter-dpdk stand-in connects to each such port's socket (`vhost.rs`, `GET /sim/vhost`).
 //!
-//! Usage: `agent_sim --help`.
+//! Usage: `contrail-agent-sim --help`.
 //!
 //! The fault switches make requests whose method is METHOD and whose path starts with
 //! PATH_PREFIX misbehave, the first matching switch winning: `--fail` answers STATUS with an
 //! agent-style error body (`{"error":"..."}`); `--flaky` answers 500 to the first N matching
-//! requests only, as a briefly busy agent would; `--hang` reads the request and never answers, holding the
+//! requests only, as a briefly busy agent would; `--not-yet` answers 404 (the agent's "not there
+//! yet") to the first N matching requests only, so that a wait is sure to wait; `--hang` reads the request and never answers, holding the
 //! connection until the client gives up; `--garbage` answers 200 with malformed JSON;
 //! `--truncate` answers 200 with half of the real answer's body under its full Content-Length,
 //! then closes (the request still takes effect, as when an answer is cut off on the way);
@@ -402,7 +403,7 @@ impl Sim {
             let matches = r.method == method && path.starts_with(&r.prefix);
             matches
                 && match &r.fault {
-                    Fault::Flaky(left) => left
+                    Fault::Flaky(left, _) => left
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok(),
                     _ => true,
@@ -675,7 +676,7 @@ fn reload_ports(dir: &Path) -> BTreeMap<String, Value> {
 }
 
 fn die(msg: &str) -> ! {
-    eprintln!("agent_sim: {msg}");
+    eprintln!("contrail-agent-sim: {msg}");
     process::exit(2)
 }
 

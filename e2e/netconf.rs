@@ -2,18 +2,11 @@
 //! exactly those files, the way Multus and CNI-Genie would read and pass them, overriding only
 //! what points at this test's simulator and directories.
 
-use std::path::Path;
-
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
 fn netconf(name: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("netconf")
-            .join(name),
-    )
-    .unwrap()
+    std::fs::read_to_string(repo_file("netconf").join(name)).unwrap()
 }
 
 fn yaml_docs(name: &str) -> Vec<serde_yaml::Value> {

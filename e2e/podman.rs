@@ -20,7 +20,7 @@ use contrail_testkit::*;
 use serde_json::Value;
 
 /// The shipped conflist these tests prove.
-const CONFLIST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/netconf/contrail.conflist");
+const CONFLIST: &str = "netconf/contrail.conflist";
 const PLUGIN: &str = "contrail-k8s-cni";
 /// Where Debian's containernetworking-plugins keeps the reference plugins.
 const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
@@ -81,7 +81,7 @@ impl Podman {
         // state and log paths) are in the test's node-wide file. Every plugin it names must be
         // in the plugin dir.
         let mut conflist: Value =
-            serde_json::from_str(&std::fs::read_to_string(CONFLIST).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(repo_file(CONFLIST)).unwrap()).unwrap();
         let network = conflist["name"].as_str().unwrap().to_string();
         // The name that makes the plugin attach the pod's cluster-network VMI.
         assert_eq!(network, PLUGIN, "{CONFLIST}: name");

@@ -33,11 +33,11 @@ impl Dpdk {
     /// With the simulator's vrouter-dpdk stand-in connecting to the node's `uvh_vif_` links
     /// (`standin`), or to an unused directory (testpmd is the vRouter's side).
     fn new(vmis: Vec<VmiSpec>, standin: bool) -> Dpdk {
-        Dpdk::with_sim(vmis, standin, &[])
+        Dpdk::with_sim(PodSpec::new(vmis), standin, &[])
     }
 
     /// [`Dpdk::new`] with more simulator switches.
-    fn with_sim(vmis: Vec<VmiSpec>, standin: bool, extra: &[&str]) -> Dpdk {
+    fn with_sim(pod: PodSpec, standin: bool, extra: &[&str]) -> Dpdk {
         enter_node();
         let (vrouter, vhost, devinfo, elsewhere) = (
             TempDir::new(),
@@ -51,7 +51,7 @@ impl Dpdk {
         sim_args.extend(extra.iter().map(|a| a.to_string()));
         let guard = Some(Guard::mount(&vhost.0.join("pods")));
         let args: Vec<&str> = sim_args.iter().map(String::as_str).collect();
-        let mut fx = Fixture::with_sim(vmis, &args);
+        let mut fx = Fixture::with_pod(pod, &args);
         fx.set("vrouter-socket-dir", json!(vrouter.0))
             .set("vhost-dir", json!(vhost.0.join("pods")))
             .set("vhost-pod-dir", json!(APP_SOCKET_DIR))
@@ -571,12 +571,14 @@ fn killed_at_every_step_then_del_or_a_retry_finishes_the_job() {
             .assert_ok();
     };
     let pod = || {
-        // The IP configuration comes 150 ms after the registration: a wait to be killed in.
-        let vmis = vec![
+        // The first poll for net1's IP configuration is answered "not yet": a wait to be
+        // killed in, however late a busy machine makes that poll.
+        let pod = PodSpec::new(vec![
             VmiSpec::new("default", 1),
-            VmiSpec::new("dpdk-net", 2).with("ip-delay-ms", json!(150)),
-        ];
-        let d = Dpdk::new(vmis, true);
+            VmiSpec::new("dpdk-net", 2),
+        ]);
+        let not_yet = format!("GET:/vm/{}/{}:1", pod.uuid, pod.vmis[1].uuid);
+        let d = Dpdk::with_sim(pod, true, &["--not-yet", &not_yet]);
         d.fx.add("eth0", "default");
         d
     };
@@ -622,8 +624,7 @@ fn killed_at_every_step_then_del_or_a_retry_finishes_the_job() {
 /// where its pod mounts its own directory, by the node's default keys.
 #[test]
 fn the_shipped_dpdk_network_and_pod_fit_the_plugins_defaults() {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/netconf/dpdk.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_file("netconf/dpdk.yaml")).unwrap();
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
@@ -681,7 +682,7 @@ fn an_agent_restart_keeps_a_vhost_user_port_a_pmd_port() {
     let agents_ports = TempDir::new();
     let ports_arg = ["--ports-dir", agents_ports.0.to_str().unwrap()];
     let vmis = vec![VmiSpec::new("dpdk-net", 1), VmiSpec::new("net-a", 2)];
-    let mut d = Dpdk::with_sim(vmis.clone(), true, &ports_arg);
+    let mut d = Dpdk::with_sim(PodSpec::new(vmis.clone()), true, &ports_arg);
     let r1 = d.add("net1", "dpdk-net");
     d.fx.add("net2", "net-a");
     let state_dir = d.fx.node.ports_dir();
@@ -764,10 +765,9 @@ fn inspect_shows_the_link_its_loss_and_orphan_links() {
 fn an_add_that_fails_after_its_registration_leaves_nothing() {
     let vmis = vec![VmiSpec::new("dpdk-net", 1).with("ip-delay-ms", json!(600_000))];
     let mut d = Dpdk::new(vmis, true);
-    d.fx.set("poll-timeout", json!(0.1))
-        .set("poll-retries", json!(3));
     for _ in 0..2 {
-        let out = d.fx.call("ADD", "net1", &d.conf("dpdk-net"));
+        let conf = d.conf("dpdk-net");
+        let out = d.fx.under((0.1, 3), |fx| fx.call("ADD", "net1", &conf));
         assert_eq!(out.code(), 11, "{out:?}");
         assert!(out.msg().contains(&d.fx.pod.vmis[0].uuid), "{}", out.msg());
         let by = requests_by_route(&d);

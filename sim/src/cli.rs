@@ -13,8 +13,9 @@ use super::die;
 #[derive(Clone)]
 pub(crate) enum Fault {
     Fail(u16),
-    /// Answers 500 to the first N matching requests, then lets them through.
-    Flaky(Arc<AtomicUsize>),
+    /// Answers the status (500 for --flaky, 404 for --not-yet) to the first N matching
+    /// requests, then lets them through.
+    Flaky(Arc<AtomicUsize>, u16),
     Hang,
     Garbage,
     Truncate,
@@ -28,7 +29,8 @@ impl Fault {
     pub(crate) fn flag(&self) -> &'static str {
         match self {
             Fault::Fail(_) => "--fail",
-            Fault::Flaky(_) => "--flaky",
+            Fault::Flaky(_, 404) => "--not-yet",
+            Fault::Flaky(..) => "--flaky",
             Fault::Hang => "--hang",
             Fault::Garbage => "--garbage",
             Fault::Truncate => "--truncate",
@@ -51,9 +53,9 @@ pub(crate) struct Rule {
 /// requests whose method is METHOD and whose path starts with PATH_PREFIX misbehave; the first
 /// matching switch on the command line wins.
 #[derive(Parser)]
-#[command(name = "agent_sim")]
+#[command(name = "contrail-agent-sim")]
 pub(crate) struct Args {
-    /// The pods the agent knows, with their VMIs (like examples/demo-pod.json).
+    /// The pods the agent knows, with their VMIs (like sim/demo-pod.json).
     #[arg(long, value_name = "FILE")]
     pub(crate) pods: PathBuf,
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091")]
@@ -110,6 +112,10 @@ pub(crate) struct Args {
     /// Answer 500 to the first N matching requests only, as a briefly busy agent would.
     #[arg(long, value_name = "METHOD:PATH_PREFIX:N", value_parser = rule_of("--flaky"))]
     pub(crate) flaky: Vec<Rule>,
+    /// Answer 404, the agent's "not there yet", to the first N matching requests only: a
+    /// wait that is sure to wait, however soon its first request comes.
+    #[arg(long, value_name = "METHOD:PATH_PREFIX:N", value_parser = rule_of("--not-yet"))]
+    pub(crate) not_yet: Vec<Rule>,
     /// Never answer, holding the connection until the client gives up.
     #[arg(long, value_name = "METHOD:PATH_PREFIX", value_parser = rule_of("--hang"))]
     pub(crate) hang: Vec<Rule>,
@@ -144,6 +150,7 @@ pub(crate) fn parse_args() -> (Args, Vec<Rule>) {
     let switches = [
         ("fail", &args.fail),
         ("flaky", &args.flaky),
+        ("not_yet", &args.not_yet),
         ("hang", &args.hang),
         ("garbage", &args.garbage),
         ("truncate", &args.truncate),
@@ -161,7 +168,7 @@ pub(crate) fn parse_args() -> (Args, Vec<Rule>) {
     (args, rules.into_iter().map(|(_, r)| r).collect())
 }
 
-/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail, `:N` for --flaky, `:STATUS:FILE` for
+/// `METHOD:PATH_PREFIX`, then `:STATUS` for --fail, `:N` for --flaky and --not-yet, `:STATUS:FILE` for
 /// --respond and `:FILE` for --raw. The prefix may itself contain colons: for --respond, it
 /// ends at the first `:NNN:`; for --raw, at the last colon (a file path has none here).
 pub(crate) fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
@@ -172,11 +179,12 @@ pub(crate) fn parse_rule(flag: &str, s: &str) -> Option<Rule> {
             let (prefix, code) = rest.rsplit_once(':')?;
             (prefix, Fault::Fail(status(code, 400)?))
         }
-        "--flaky" => {
+        "--flaky" | "--not-yet" => {
             let (prefix, n) = rest.rsplit_once(':')?;
+            let status = if flag == "--flaky" { 500 } else { 404 };
             (
                 prefix,
-                Fault::Flaky(Arc::new(AtomicUsize::new(n.parse().ok()?))),
+                Fault::Flaky(Arc::new(AtomicUsize::new(n.parse().ok()?)), status),
             )
         }
         "--respond" => {

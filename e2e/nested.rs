@@ -25,7 +25,7 @@ impl Parent {
         if let Err(e) = try_sh("ip", &["link", "add", name, "type", "dummy"]) {
             panic!(
                 "{e}\nnested mode needs dummy and 802.1Q links, which this kernel lacks: \
-                 scripts/test runs tests/nested.rs in a VM with Debian's kernel (scripts/vm-run)"
+                 scripts/test runs e2e/nested.rs in a VM with Debian's kernel (scripts/vm-run)"
             );
         }
         sh("ip", &["link", "set", name, "up"]);
@@ -46,8 +46,13 @@ fn nested(network: &str, n: u8, tag: u16) -> VmiSpec {
 
 /// A pod on a nested node: the node-wide file says `vif-type: macvlan` on the parent.
 fn node(vmis: Vec<VmiSpec>) -> (Fixture, Parent) {
+    node_with(PodSpec::new(vmis), &[])
+}
+
+/// [`node`] for `pod`, with simulator switches.
+fn node_with(pod: PodSpec, sim_args: &[&str]) -> (Fixture, Parent) {
     let parent = Parent::new();
-    let mut fx = Fixture::new(vmis);
+    let mut fx = Fixture::with_pod(pod, sim_args);
     fx.set("vif-type", json!("macvlan"))
         .set("parent-interface", json!(parent.0));
     (fx, parent)
@@ -191,8 +196,7 @@ fn the_shipped_nested_netconf_connects_a_pod() {
     let parent = Parent::named("eth0");
     let vmis = vec![nested("default", 1, 90), nested("net-a", 2, 91)];
     let mut fx = Fixture::new(vmis.clone());
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("netconf/10-contrail-nested.conf");
+    let path = repo_file("netconf/10-contrail-nested.conf");
     let mut shipped: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(shipped["contrail"]["vif-type"], "macvlan");
     // The link-local service's address: here, the simulator's.
@@ -453,10 +457,11 @@ fn a_thick_pod_on_a_nested_node() {
 #[cfg(feature = "crash-points")]
 #[test]
 fn killed_at_each_step_then_del_leaves_nothing() {
-    // A first 404 for the IP configuration, so that the wait has a step to die at (counted from
-    // the first request about the pod: "waiting" goes first).
-    let vmi = nested("default", 1, 80).with("ip-delay-ms", json!(500));
-    let (fx, parent) = node(vec![vmi]);
+    // A first "not yet" for the IP configuration, so that the wait has a step to die at
+    // however late a busy machine (or the VM) makes the first poll: "waiting" goes first.
+    let pod = PodSpec::new(vec![nested("default", 1, 80)]);
+    let not_yet = format!("GET:/vm/{}/{}:1", pod.uuid, pod.vmis[0].uuid);
+    let (fx, parent) = node_with(pod, &["--not-yet", &not_yet]);
     let conf = fx.conf("default");
     let killed = |command: &str, step: &str| {
         let out = fx.node.call_with(

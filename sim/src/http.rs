@@ -185,9 +185,9 @@ pub(crate) fn misbehave(
             eprintln!("{method} {path} {status} (--fail)");
             respond(stream, *status, &error_body(status_message(*status)));
         }
-        Fault::Flaky(_) => {
-            eprintln!("{method} {path} 500 (--flaky)");
-            respond(stream, 500, &error_body(status_message(500)));
+        Fault::Flaky(_, status) => {
+            eprintln!("{method} {path} {status} ({})", fault.flag());
+            respond(stream, *status, &error_body(status_message(*status)));
         }
         Fault::Hang => {
             eprintln!("{method} {path} hanging (--hang)");

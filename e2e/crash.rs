@@ -5,15 +5,14 @@
 #![cfg(feature = "crash-points")]
 
 use contrail_testkit::*;
-use serde_json::json;
 
-/// A pod with eth0 (cluster network) and net1 (net-a, whose IP configuration comes 150 ms
-/// after its registration, so that there is a wait to be killed in).
+/// A pod with eth0 (cluster network) and net1 (net-a, whose first poll for its IP
+/// configuration is answered "not yet", so that there is a wait to be killed in, however late
+/// a busy machine makes that poll).
 fn pod() -> Fixture {
-    Fixture::new(vec![
-        VmiSpec::new("default", 1),
-        VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(150)),
-    ])
+    let pod = PodSpec::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
+    let not_yet = format!("GET:/vm/{}/{}:1", pod.uuid, pod.vmis[1].uuid);
+    Fixture::with_pod(pod, &["--not-yet", &not_yet])
 }
 
 /// eth0's network or net1's.

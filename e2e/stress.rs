@@ -237,7 +237,10 @@ fn run_case(seed: u64) {
             pods[i].cid = uuid();
         }
     }
-    // The runtime deletes every pod, then GC runs with nothing left in use.
+    // The runtime deletes every pod, then GC runs with nothing left in use; each with the room
+    // a busy machine needs to get its deregistrations through (the batches' deadlines were
+    // short on purpose).
+    node.roomy();
     for pod in &pods {
         for (ifname, network) in ATTACHMENTS {
             let conf = node.netconf("1.0.0", network);

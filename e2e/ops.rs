@@ -9,10 +9,6 @@ use std::process::{Command, Stdio};
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 /// Runs the binary by hand, as an operator does (no CNI_COMMAND).
 fn by_hand(bin: &Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(bin)
@@ -104,7 +100,7 @@ fn every_subcommand_has_help_and_mistakes_are_explained() {
 fn install_into_a_fresh_root_and_upgrade_over_a_running_copy() {
     let root = TempDir::new();
     let (bin_dir, conf_dir) = (root.0.join("opt/cni/bin"), root.0.join("etc/cni/net.d"));
-    let conf = repo("netconf/10-contrail.conf");
+    let conf = repo_file("netconf/10-contrail.conf");
     let args = [
         "install",
         "--bin-dir",
@@ -206,14 +202,15 @@ fn install_refuses_a_config_the_plugin_would_reject() {
 
 #[test]
 fn the_daemonset_installer_installs_onto_the_host_paths() {
-    let text = std::fs::read_to_string(repo("deploy/contrail-k8s-cni.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_file("deploy/contrail-k8s-cni.yaml")).unwrap();
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
     let config_map = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
-    let shipped: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo("netconf/10-contrail.conf")).unwrap())
-            .unwrap();
+    let shipped: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_file("netconf/10-contrail.conf")).unwrap(),
+    )
+    .unwrap();
     let in_map: Value =
         serde_json::from_str(config_map["data"]["10-contrail.conf"].as_str().unwrap()).unwrap();
     assert_eq!(

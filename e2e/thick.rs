@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 /// netconf/10-contrail-thick.conf as shipped, pointed at this test's agent and directories,
 /// installed as the node-wide file.
 fn thick(vmis: Vec<VmiSpec>) -> Fixture {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("netconf/10-contrail-thick.conf");
+    let path = repo_file("netconf/10-contrail-thick.conf");
     let conf: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(conf["contrail"]["mode"], "thick");
     let mut fx = Fixture::new(vmis);
@@ -142,9 +141,7 @@ fn failure_on_the_last_interface_rolls_everything_back() {
     let mut vmis = vmis_of(4);
     vmis[3] = vmis[3].clone().with("ip-delay-ms", json!(600_000));
     let mut fx = thick(vmis);
-    fx.set("poll-timeout", json!(0.1))
-        .set("poll-retries", json!(3));
-    let out = call(&fx, "ADD");
+    let out = fx.under((0.1, 3), |fx| call(fx, "ADD"));
     assert_eq!(out.code(), 11);
     assert!(out.msg().contains(&fx.pod.vmis[3].uuid), "{}", out.msg());
     fx.assert_rolled_back();

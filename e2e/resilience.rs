@@ -118,7 +118,9 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
         })
         .collect();
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
-    let node = Node::new(&sim);
+    let mut node = Node::new(&sim);
+    node.roomy();
+    let node = node;
     let spaces: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
     let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
     std::thread::scope(|s| {
@@ -185,10 +187,12 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
 
 #[test]
 fn del_of_one_attachment_while_another_of_the_pod_is_slowly_added() {
-    let fx = Fixture::new(vec![
+    let mut fx = Fixture::new(vec![
         VmiSpec::new("default", 1),
         VmiSpec::new("net-a", 2).with("ip-delay-ms", json!(800)),
     ]);
+    // eth0's DEL registers net1 again, which starts its delay again: room for both.
+    fx.node.roomy();
     fx.add("eth0", "default");
     std::thread::scope(|s| {
         let slow = s.spawn(|| fx.add("net1", "net-a"));
@@ -209,10 +213,12 @@ fn del_of_one_attachment_while_another_of_the_pod_is_slowly_added() {
 
 #[test]
 fn del_of_the_same_attachment_during_its_slow_add_leaves_nothing() {
-    // A runtime that gave up waiting sends DEL while the ADD still waits for the agent.
-    let fx = Fixture::new(vec![
-        VmiSpec::new("default", 1).with("ip-delay-ms", json!(800)),
+    // A runtime that gave up waiting sends DEL while the ADD still waits for the agent: an IP
+    // configuration that does not come within the ADD's 30 s, so that only the DEL ends it.
+    let mut fx = Fixture::new(vec![
+        VmiSpec::new("default", 1).with("ip-delay-ms", json!(600_000)),
     ]);
+    fx.node.roomy();
     std::thread::scope(|s| {
         let slow = s.spawn(|| fx.call("ADD", "eth0", &fx.conf("")));
         wait_for("the claim", std::time::Duration::from_secs(10), || {

@@ -16,10 +16,17 @@ use serde_json::{Value, json};
 /// How many requests of each kind (polls, registrations and deregistrations) may go at once on
 /// a quiet node (`budget::BURST`): a second of requests is held to the rate plus these.
 const BURST: usize = 10;
+/// Process starts, netns entry and rollbacks on a busy 2-core machine: a bound's slack, not a
+/// benchmark.
+const SLACK: Duration = Duration::from_secs(5);
 
-/// The most requests a second may hold under a budget of `rate`.
+/// The most requests a second of the agent's may hold under a budget of `rate`: the rate and
+/// the two lanes' bursts, which bound what the calls send in any second; and what a quarter of a
+/// second of the rate adds, because the agent sees a request when it arrives, later than its
+/// turn by however long a busy machine took to run the call and the agent's reader (a quarter
+/// of a second between one request's turn and its arrival, and none for another's).
 fn bound(rate: u32) -> usize {
-    rate as usize + 2 * BURST
+    rate as usize + 2 * BURST + rate as usize / 4
 }
 
 /// `n` one-VMI pods whose IP configurations come `ip_delay_ms` after their registrations.
@@ -125,11 +132,12 @@ fn busiest_second(log: &[(u64, String)]) -> usize {
 }
 
 /// Per VMI, the longest a call waited for its IP configuration between two requests: from its
-/// registration (`POST /vm`) to its first poll (`GET /vm/<vm>/<vmi>`), and between two polls.
-fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, Duration> {
-    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+/// registration (`POST /vm`) to its first poll (`GET /vm/<vm>/<vmi>`), and between two polls;
+/// as a time, and as the number of other requests the agent received meanwhile.
+fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, (Duration, usize)> {
+    let mut last: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     let mut gaps = BTreeMap::new();
-    for (t, request) in log {
+    for (i, (t, request)) in log.iter().enumerate() {
         let vmi = match request.split_once(' ') {
             Some(("POST", rest)) => rest.split_once(' ').map(|(_, vmi)| vmi),
             Some(("GET", path)) => path
@@ -139,9 +147,10 @@ fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, Duration> {
             _ => None,
         };
         let Some(vmi) = vmi else { continue };
-        if let Some(before) = last.insert(vmi.to_string(), *t) {
-            let gap = gaps.entry(vmi.to_string()).or_insert(Duration::ZERO);
-            *gap = (*gap).max(Duration::from_nanos(t - before));
+        if let Some((before, at)) = last.insert(vmi.to_string(), (*t, i)) {
+            let gap = gaps.entry(vmi.to_string()).or_insert((Duration::ZERO, 0));
+            gap.0 = gap.0.max(Duration::from_nanos(t - before));
+            gap.1 = gap.1.max(i - at - 1);
         }
     }
     gaps
@@ -151,7 +160,9 @@ fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, Duration> {
 /// first: the DELs of a crowd would otherwise queue past their deadlines, leave their
 /// deregistrations pending and so their ports registered.
 fn del_all(node: &mut Node, sim: &Sim, pods: &[PodSpec], cids: &[String], nss: &[Netns]) {
-    node.set("agent-requests-per-second", json!(1000));
+    node.set("agent-requests-per-second", json!(1000))
+        .set("poll-timeout", json!(1))
+        .set("poll-retries", json!(30));
     let node = &*node;
     std::thread::scope(|s| {
         for ((pod, cid), ns) in pods.iter().zip(cids).zip(nss) {
@@ -198,15 +209,17 @@ fn a_hundred_and_twenty_waiting_calls_share_the_nodes_budget_and_each_gets_its_t
         busiest <= bound(rate),
         "{busiest} requests within one second, budget {rate}"
     );
-    // Fair: a waiting call polls again after the others had theirs (every n/rate = 3 s), never
-    // starved: no call waited more than twice that between its registration and its first
-    // poll, or between two polls.
+    // Fair: a waiting call polls again after the others had theirs, never starved. Counted in
+    // turns, not seconds (a busy machine stretches the seconds): between a call's registration
+    // and its first poll, or between two polls, the agent got at most the other calls' polls
+    // and their registrations (each of those a turn ahead of it), their pods' requests, and
+    // the bursts. A starved call would see hundreds more: a second of the budget is 40.
     let gaps = longest_poll_gaps(&log);
     assert_eq!(gaps.len(), n, "every call registered and polled");
-    let (vmi, longest) = gaps.iter().max_by_key(|(_, g)| **g).unwrap();
+    let (vmi, (took, others)) = gaps.iter().max_by_key(|(_, g)| g.1).unwrap();
     assert!(
-        *longest <= Duration::from_secs(6),
-        "VMI {vmi} waited {longest:?} between two polls"
+        *others <= 3 * (n - 1) + 3 * BURST,
+        "VMI {vmi} waited {took:?} between two polls, while {others} other requests went"
     );
     del_all(&mut node, &sim, &pods, &cids, &nss);
 }
@@ -300,16 +313,30 @@ fn registrations_and_dels_go_before_a_queue_of_polls() {
     wait_for("a round of polls", Duration::from_secs(30), || {
         polled_twice() >= n
     });
-    let queue = *longest_poll_gaps(&received(&sim)).values().max().unwrap();
+    let queue = longest_poll_gaps(&received(&sim))
+        .values()
+        .map(|g| g.0)
+        .max()
+        .unwrap();
     assert!(queue >= Duration::from_secs(3), "{queue:?}");
-    let started = Instant::now();
+    // The DEL's own wait for its turns, as it measured it (its metrics; the crowd's calls
+    // started without a metrics file): not its wall time, which a busy machine stretches.
+    let collector = TempDir::new();
+    let metrics = collector.0.join("metrics.prom");
+    node.set("metrics-file", json!(metrics));
     node.call("DEL", &early_cid, &early_ns.path(), "eth0", &args, &conf)
         .assert_ok();
-    let took = started.elapsed();
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let waited = text
+        .lines()
+        .find_map(|l| l.strip_prefix("contrail_cni_budget_wait_seconds_sum{command=\"DEL\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no DEL budget wait in {text}"));
     assert!(
-        took < queue / 4,
-        "the DEL took {took:?} with polls queued {queue:?} ahead"
+        waited < queue.as_secs_f64() / 4.0,
+        "the DEL waited {waited}s for turns with polls queued {queue:?} ahead"
     );
+    node.set("metrics-file", Value::Null);
     assert_eq!(early_ns.ifnames(), ["lo"]);
     for add in &adds {
         add.signal("-KILL");
@@ -334,23 +361,36 @@ fn a_call_never_waits_for_a_turn_beyond_its_deadline() {
         .zip(&nss)
         .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
         .collect();
+    let spawned = adds.last().unwrap().started - adds[0].started;
     let mut refused = 0;
     for add in adds {
         let (ok, printed, took) = add.finish();
         // 60 calls of 3 requests at 10 a second need 18 s: most get no turn in time, and say
-        // so when they know, not after waiting it out.
-        assert!(
-            took < deadline + Duration::from_secs(1),
-            "{took:?}: {printed}"
-        );
+        // so when they know (as they measured it), not after waiting it out. The wall time
+        // has slack for a busy machine's process starts and rollbacks.
+        assert!(took < deadline + SLACK, "{took:?}: {printed}");
         if !ok {
             assert_eq!(printed["code"], 11, "{printed}");
             let msg = printed["msg"].as_str().unwrap();
             assert!(msg.contains("request budget"), "{msg}");
+            let waited: f64 = msg
+                .strip_prefix("gave up after ")
+                .and_then(|m| m.split_once('s'))
+                .and_then(|(w, _)| w.parse().ok())
+                .unwrap_or_else(|| panic!("{msg}"));
+            assert!(waited <= deadline.as_secs_f64() + 0.1, "{msg}");
             refused += 1;
         }
     }
-    assert!(refused > n / 2, "{refused}");
+    // The node hands out `rate` turns a second (and its bursts) over the calls' deadlines,
+    // which begin as they were started: most are refused, however slowly a busy machine
+    // started them.
+    let turns = rate as f64 * (spawned + deadline).as_secs_f64() + 2.0 * BURST as f64;
+    let most_done = (turns / 3.0).ceil() as usize;
+    assert!(
+        refused >= n.saturating_sub(most_done) && refused > 0,
+        "{refused} refused, at most {most_done} could be done"
+    );
     del_all(&mut node, &sim, &pods, &cids, &nss);
 }
 
@@ -366,9 +406,8 @@ fn a_budget_of_another_boot_or_not_ours_neither_blocks_a_call_nor_is_followed() 
     page[8..16].copy_from_slice(&7u64.to_le_bytes());
     page[16..24].copy_from_slice(&(u64::MAX / 4).to_le_bytes());
     std::fs::write(&budget, &page).unwrap();
-    let started = Instant::now();
+    // Not followed: a followed schedule would refuse the call at once (no turn for days).
     fx.add("eth0", "default");
-    assert!(started.elapsed() < Duration::from_secs(2));
     fx.del("eth0", "default").assert_ok();
     // Not a schedule at all: a symlink, a FIFO, a file of another size. The call goes on,
     // pacing only itself, and says so in the node's log; the file is left as it is.
@@ -404,12 +443,15 @@ fn what_a_pods_teardown_costs_the_agent() {
     // touches only POST /port's entries): a DEL drops the pod's ports and registers the others
     // again. Multus DELs a pod's attachments in reverse order.
     let requests = |netns_gone: bool| {
-        let fx = Fixture::new(vec![
+        let mut fx = Fixture::new(vec![
             VmiSpec::new("default", 1),
             VmiSpec::new("net-a", 2),
             VmiSpec::new("net-a", 3),
             VmiSpec::new("net-b", 4),
         ]);
+        // 2 s for each request: none answered late is asked again and counted twice.
+        fx.set("poll-timeout", json!(2))
+            .set("poll-retries", json!(10));
         let attachments = [
             ("eth0", "default"),
             ("net1", "net-a"),

@@ -1,7 +1,7 @@
 //! Nothing left behind, ever: one test per hazard an adversarial run found (the host's own
 //! namespace, racing calls on one pod, failed ADDs that left files, a hostile state directory,
 //! sizes taken from the agent's word, a briefly busy agent). Kills at every step are in
-//! tests/crash.rs; tests/stress.rs looks for the whole class from random seeds.
+//! e2e/crash.rs; e2e/stress.rs looks for the whole class from random seeds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-/// Startup, netns entry and state I/O on a loaded 2-core machine: anything slower is a hang.
-const QUICK: Duration = Duration::from_secs(2);
+/// What tells a hang (a FIFO read, a call waiting for what never comes) from a busy machine's
+/// slowness: the hangs here would last forever, a call takes milliseconds.
+const HANG: Duration = Duration::from_secs(30);
 
 /// Runs every call at once (released together by a barrier) and returns their outputs in order.
 fn at_once(calls: Vec<Box<dyn FnOnce() -> Output + Send + '_>>) -> Vec<Output> {
@@ -93,7 +94,6 @@ fn the_plugins_own_namespace_and_non_network_namespaces_are_refused_before_anyth
         .map(|p| (p.as_str(), "the network namespace this plugin runs in"))
         .chain(not_net.iter().map(|p| (*p, "not a network namespace")))
     {
-        let started = Instant::now();
         let out = fx.node.call(
             "ADD",
             &fx.cid,
@@ -102,14 +102,13 @@ fn the_plugins_own_namespace_and_non_network_namespaces_are_refused_before_anyth
             &fx.args(),
             &fx.conf("default"),
         );
-        let took = started.elapsed();
         assert_eq!(out.code(), 4, "{netns}: {}", out.stdout);
         assert!(
             out.msg().contains("CNI_NETNS") && out.msg().contains(words),
             "{netns}: {}",
             out.msg()
         );
-        assert!(took < QUICK, "{netns}: the agent was asked ({took:?})");
+        assert_eq!(fx.sim.requests(), 0, "{netns}: the agent was asked");
         assert!(
             !host_link_exists(&ifname),
             "{netns}: {ifname} was created on the host"
@@ -248,9 +247,13 @@ fn add_racing_del_on_one_pod_leaves_nothing_after_the_final_dels() {
 fn del_during_an_add_that_is_then_killed_removes_what_that_add_built() {
     // A runtime gave up on an ADD and sent DEL; the ADD, stalled, is killed only after DEL
     // came. DEL waits for the ADD to end, then removes the interface the ADD created.
-    let fx = Fixture::new(vec![
+    let mut fx = Fixture::new(vec![
         VmiSpec::new("default", 1).with("ip-delay-ms", json!(60_000)),
     ]);
+    // The DEL waits for the stopped ADD within its own deadline: 30 s, not a race with the
+    // test's own steps on a busy machine.
+    fx.node.roomy();
+    let fx = fx;
     let vmi = &fx.pod.vmis[0];
     let tmp = TempDir::new();
     let pid_file = tmp.0.join("add.pid");
@@ -276,7 +279,7 @@ fn del_during_an_add_that_is_then_killed_removes_what_that_add_built() {
         signal("-STOP");
         let del = s.spawn(|| fx.del("eth0", "default"));
         let locks = fx.node.ports_dir().join(".locks");
-        wait_for("DEL to ask the ADD to stop", QUICK, || {
+        wait_for("DEL to ask the ADD to stop", HANG, || {
             std::fs::read_dir(&locks)
                 .unwrap()
                 .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".stop"))
@@ -505,7 +508,7 @@ fn odd_state_file_is_left_alone(fx: &Fixture, other: &Fixture, odd: &Path) {
         let started = Instant::now();
         let out = f();
         assert!(
-            started.elapsed() < QUICK,
+            started.elapsed() < HANG,
             "{what} took {:?}",
             started.elapsed()
         );

@@ -165,10 +165,10 @@ pub(crate) fn write_file(dir: &Path, port: &NovaPort) -> std::io::Result<()> {
 /// `DeleteVmiUuidEntry`: the file goes with the port (a failure is only logged).
 pub(crate) fn remove_file(dir: &Path, vmi: &str) {
     let path = dir.join(vmi);
-    if path.is_file() {
-        if let Err(e) = fs::remove_file(&path) {
-            eprintln!("DELETE /port: {}: {e}", path.display());
-        }
+    if path.is_file()
+        && let Err(e) = fs::remove_file(&path)
+    {
+        eprintln!("DELETE /port: {}: {e}", path.display());
     }
 }
 
@@ -216,11 +216,11 @@ impl Sim {
             st.violations.push(json!({"request": "POST /port", "vmi-uuid": port.id,
                 "why": format!("not uuids, taken as the nil uuid: {}", port.nil_taken.join(", "))}));
         }
-        if let Some(dir) = &self.ports_dir {
-            if let Err(e) = write_file(dir, &port) {
-                eprintln!("POST /port: writing the port file failed, port not added: {e}");
-                return;
-            }
+        if let Some(dir) = &self.ports_dir
+            && let Err(e) = write_file(dir, &port)
+        {
+            eprintln!("POST /port: writing the port file failed, port not added: {e}");
+            return;
         }
         // Registered under the nil uuid, no request can reach it (`GetPortInfo` refuses it).
         if port.id == NIL_UUID {
