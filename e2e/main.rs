@@ -14,6 +14,7 @@ mod dpdk_rig;
 mod faults;
 mod hardening;
 mod hazards;
+mod legacy;
 mod libcni;
 mod metaplugin;
 mod mixed;

@@ -496,3 +496,75 @@ fn killed_at_each_step_then_del_leaves_nothing() {
     fx.del("eth0", "default").assert_ok();
     nothing_left(&fx, &parent);
 }
+
+/// The OpenSDN Go plugin's attachments on a nested node (`contrail_testkit::legacy`): its VLAN
+/// links are `vlan` + 11 characters of `<ifname>-<pod uuid>`, its files name the node's parent
+/// interface as `host-ifname`, and nothing is registered. This plugin's DEL, GC and the sweep
+/// release them by their VLAN links, never the parent; a new sandbox takes them over.
+#[test]
+fn the_go_plugins_nested_attachments_are_released_by_their_vlans_never_the_parent() {
+    use contrail_testkit::legacy::{Legacy, link_name};
+    let vmis = vec![nested("default", 1, 70), nested("net-a", 2, 71)];
+    let (mut fx, parent) = node(vmis);
+    let legacy = |fx: &Fixture| {
+        let attach = Legacy {
+            node: &fx.node,
+            sim: &fx.sim,
+            parent: Some(parent.0.clone()),
+        };
+        attach.add(&fx.pod, &fx.cid, &fx.ns, "eth0", "contrail-k8s-cni");
+        attach.add(&fx.pod, &fx.cid, &fx.ns, "net1", "net-a");
+    };
+    let links = |fx: &Fixture| {
+        let mut v: Vec<String> = vlans(&parent).into_iter().map(|(n, _)| n).collect();
+        v.sort();
+        let mut want = vec![
+            link_name(true, "eth0", &fx.pod.uuid),
+            link_name(true, "net1", &fx.pod.uuid),
+        ];
+        want.sort();
+        (v, want)
+    };
+    // Its DEL: the VLAN link goes (the macvlan with it), the parent stays.
+    legacy(&fx);
+    let (have, want) = links(&fx);
+    assert_eq!(have, want);
+    let file = fx.node.ports_dir().join(fx.pod.vm_name());
+    let text: String = std::fs::read_dir(&file)
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        text.contains(&format!("\"host-ifname\": \"{}\"", parent.0)),
+        "{text}"
+    );
+    fx.call("CHECK", "net1", &fx.conf("net-a")).assert_ok();
+    fx.del("net1", "net-a").assert_ok();
+    fx.del("eth0", "default").assert_ok();
+    assert!(
+        host_link_exists(&parent.0),
+        "the node's parent interface was deleted"
+    );
+    nothing_left(&fx, &parent);
+    // GC after its sandbox went without a DEL: its VLAN links outlive the namespace.
+    legacy(&fx);
+    fx.remove_netns();
+    fx.node.gc(json!([])).assert_ok();
+    assert!(host_link_exists(&parent.0));
+    assert_eq!(vlans(&parent), []);
+    assert!(!fx.node.pod_dir_exists(&fx.pod));
+    // A new sandbox of the pod from this plugin takes its VMIs over, and its VLAN links (the
+    // kernel allows one per tag and parent) are replaced by this plugin's.
+    fx.ns = Netns::new();
+    legacy(&fx);
+    fx.cid = uuid();
+    fx.ns = Netns::new();
+    fx.add("eth0", "default");
+    fx.add("net1", "net-a");
+    let (have, _) = links(&fx);
+    assert!(have.iter().all(|n| n.starts_with("cvl")), "{have:?}");
+    fx.del("net1", "net-a").assert_ok();
+    fx.del("eth0", "default").assert_ok();
+    assert!(host_link_exists(&parent.0));
+    nothing_left(&fx, &parent);
+}

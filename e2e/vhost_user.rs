@@ -463,8 +463,8 @@ fn a_network_attached_twice_gets_two_sockets_in_the_pods_directory() {
 
 #[test]
 fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
-    // GC (CNI 1.1) of a sandbox the runtime no longer knows, whose application was killed and
-    // left its socket behind.
+    // GC (CNI 1.1) of a sandbox that is gone, whose application was killed and left its
+    // socket behind.
     let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
     d.add("net1", "dpdk-net");
     let socket = d.pod_dir().join("net1.sock");
@@ -472,8 +472,9 @@ fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
     wait_for("the application's socket", BOUND, || is_socket(&socket));
     drop(app); // SIGKILL
     assert!(is_socket(&socket));
+    d.fx.remove_netns();
     d.fx.node.gc(json!([])).assert_ok();
-    d.assert_nothing_left();
+    d.assert_node_clean();
 
     // The sweep (install --watch) of a sandbox whose netns is gone.
     let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);

@@ -222,6 +222,9 @@ impl Add<'_> {
             prior,
             took_over: false,
         };
+        // The OpenSDN Go plugin's links of the attachments taken over: named its way, not as this
+        // plugin names the VMI's, so no new link replaces them.
+        let mut displaced = Vec::new();
         for w in &wanted {
             let older = files.records.iter().chain(&files.reserved);
             if let Some(old) = older
@@ -230,11 +233,19 @@ impl Add<'_> {
             {
                 claimed.took_over |= files.records.contains(old);
                 log::info!(
-                    "VMI {} was held by older sandbox {} as {}: taking it over",
+                    "VMI {} was held by older sandbox {} as {}{}: taking it over",
                     w.vmi.uuid,
                     old.container_id,
-                    old.ifname
+                    old.ifname,
+                    if old.is_legacy() {
+                        " (the OpenSDN Go plugin's)"
+                    } else {
+                        ""
+                    }
                 );
+                if old.is_legacy() && files.records.contains(old) {
+                    displaced.push(old.clone());
+                }
             }
             let mut record = record(
                 self.env,
@@ -254,6 +265,9 @@ impl Add<'_> {
             }
             ledger::write(pod, &record)?;
             claimed.records.push(record);
+        }
+        for e in ledger::unlink(&mut self.links, &displaced) {
+            log::warn!("taking over from the OpenSDN Go plugin's sandbox: {e}");
         }
         Ok(claimed)
     }
@@ -481,6 +495,7 @@ fn record(
         route: Route::Vm,
         pod_uid: None,
         device_info: None,
+        written_before_boot: false,
     })
 }
 

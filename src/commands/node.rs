@@ -10,14 +10,19 @@ use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
 use crate::kernel::links::Links;
 use crate::state::ledger;
-use crate::state::{Record, STATE_VERSION, StateDir};
+use crate::state::{Record, StateDir, sandbox_gone};
 
 /// GC: finishes what is pending and removes what killed calls left (temp files, empty pod
-/// directories, lock files), then releases every attachment (and reservation) this plugin made
-/// whose container is not among the valid attachments. A container that appears there with any
-/// interface is alive: Multus forwards GC only to the cluster network, so the list names eth0
-/// alone and the pod's other attachments must survive it. State files this plugin did not
-/// write are left alone. Keeps going after errors and reports them at the end.
+/// directories, lock files), then releases every attachment (and reservation) whose container
+/// is not among the valid attachments and whose sandbox is provably gone
+/// ([`sandbox_gone`]).
+/// The list alone is not proof: a runtime sends GC to each network config it loads with the
+/// attachments of the pods that use that config directly (CRI-O's ocicni), so a Contrail
+/// config beside Multus's gets an empty list while every pod of the node is attached through
+/// Multus. A container that appears there with any interface is alive: Multus forwards GC only
+/// to the cluster network, so the list names eth0 alone and the pod's other attachments must
+/// survive it. The OpenSDN Go plugin's attachments are released as this plugin's are. Keeps
+/// going after errors and reports them at the end.
 pub fn gc(conf: &NetConf, started: Instant) -> Result<()> {
     let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
         Error::config(
@@ -26,15 +31,16 @@ pub fn gc(conf: &NetConf, started: Instant) -> Result<()> {
         )
     })?;
     let live: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
+    let boot = crate::state::files::boot_id();
     release_where(&conf.contrail, "GC", started, |r| {
-        !live.contains(r.container_id.as_str())
+        !live.contains(r.container_id.as_str()) && sandbox_gone(r, &boot)
     })
 }
 
 /// The sweep of `install --watch`, for the attachments no runtime will GC or DEL (Multus sends
 /// GC to the cluster network only, and a DEL it lost never comes): releases, as GC does, those
-/// whose sandbox is provably gone (its network namespace no longer exists) and whose claim is
-/// older than `grace`. A live sandbox, or one whose namespace path proves nothing, is kept.
+/// whose sandbox is provably gone ([`sandbox_gone`]) and whose claim is older than `grace`. A
+/// live sandbox, or one whose namespace path proves nothing, is kept.
 pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
     let now = Claimed {
         boot: crate::state::files::boot_id(),
@@ -44,7 +50,7 @@ pub fn sweep(conf: &Contrail, grace: Duration) -> Result<()> {
             .unwrap_or_default(),
     };
     release_where(conf, "sweep", Instant::now(), |r| {
-        crate::kernel::netlink::netns_gone(&r.netns) && now.older(r, grace)
+        sandbox_gone(r, &now.boot) && now.older(r, grace)
     })
 }
 
@@ -59,7 +65,9 @@ impl Claimed {
     /// Whether record `r` was claimed more than `grace` ago. Measured on CLOCK_BOOTTIME, which
     /// no clock step moves, when the claim was made in this boot; a claim of an earlier boot is
     /// old (every sandbox of that boot is gone). A record without those times (0.1's) has only
-    /// its wall-clock time: one in the future (a clock stepped back since) counts as old too.
+    /// its wall-clock time: one in the future (a clock stepped back since) counts as old too;
+    /// the OpenSDN Go plugin's (its time is Go's text, no number) counts as old: it was written
+    /// before this plugin was installed.
     fn older(&self, r: &Record, grace: Duration) -> bool {
         if !r.claimed_boot.is_empty() && r.claimed_boot != self.boot {
             return true;
@@ -74,8 +82,9 @@ impl Claimed {
 }
 
 /// Finishes what is pending in every pod and removes what killed calls left, then releases the
-/// attachments and reservations (of this version's state files) that `picked` picks, skipping
-/// any a call is working on. Keeps going after errors and reports them all at the end.
+/// attachments and reservations that `picked` picks (this plugin's and the OpenSDN Go
+/// plugin's), skipping any a call is working on. Keeps going after errors and reports them all
+/// at the end.
 fn release_where(
     conf: &Contrail,
     who: &str,
@@ -135,7 +144,7 @@ fn release_in(
         .map(|r| (r, false))
         .chain(files.reserved.into_iter().map(|r| (r, true)));
     for (r, is_reserved) in candidates {
-        if r.state_version != STATE_VERSION || !picked(&r) {
+        if !picked(&r) {
             continue;
         }
         // A call on the attachment is running: it is not stale, or that call ends it.

@@ -32,6 +32,21 @@ use crate::state::ledger::Seal;
 use crate::state::{Record, Route as PortRoute, StateDir};
 use crate::vmi::Mac;
 
+/// A record's host link: its name and its kind, as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostLink {
+    pub name: String,
+    pub kind: &'static str,
+}
+
+/// A record whose host link could not be removed: its VMI, the link, why.
+#[derive(Debug)]
+pub(crate) struct Unremoved {
+    pub vmi: String,
+    pub link: String,
+    pub error: Error,
+}
+
 /// The host side of the node's attachments, of one kind.
 pub(crate) struct Links {
     kind: VifType,
@@ -51,6 +66,33 @@ impl Links {
             vhost: vhost::Dirs::new(conf),
             host: Socket::host()?,
         })
+    }
+
+    /// The host link of a record's attachment, named as its maker names them: this plugin's
+    /// records name theirs (`host-ifname`, derived from the VMI when the claim was made); the
+    /// OpenSDN Go plugin's ([`Record::is_legacy`]) are its naming of (`vm-ifname`, `vm-uuid`),
+    /// in veth mode only when the file names that link too (in nested mode its file names the
+    /// node's parent interface, never the attachment's). `None`: no kernel link is the
+    /// attachment's (a vhost-user attachment's host side is in [`vhost`]).
+    pub(crate) fn host_link(&self, r: &Record) -> Option<HostLink> {
+        if r.route == PortRoute::Port {
+            return None;
+        }
+        let kind = match self.kind {
+            VifType::Veth => "veth",
+            VifType::Macvlan => "vlan",
+        };
+        let name = if r.is_legacy() {
+            let nested = self.kind == VifType::Macvlan;
+            let derived = names::legacy_link(nested, &r.ifname, r.vm_uuid.as_str());
+            if !nested && *r.host_ifname != derived {
+                return None;
+            }
+            derived
+        } else {
+            r.host_ifname.to_string()
+        };
+        Some(HostLink { name, kind })
     }
 
     /// The host side's name for a VMI's attachment.
@@ -273,17 +315,59 @@ impl Links {
     }
 
     /// Removes the records' interfaces by their host side (it works when the pod's netns is
-    /// gone; the end in the pod goes with it); the ones already gone count as removed. Returns
-    /// each one that could not be removed, with why.
-    pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<(String, Error)> {
-        let (vhost, kernel): (Vec<&Record>, Vec<&Record>) =
-            records.iter().partition(|r| r.route == PortRoute::Port);
-        let names: Vec<&str> = kernel.iter().map(|r| r.host_ifname.as_str()).collect();
-        let mut failed: Vec<(String, Error)> = self
+    /// gone; the end in the pod goes with it); the ones already gone count as removed. A Go
+    /// plugin's link goes only when it is of the kind it made: a link of that name that is
+    /// something else is not the attachment's, and is left alone. Returns each one that could
+    /// not be removed, with why.
+    pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<Unremoved> {
+        let vhost: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.route == PortRoute::Port)
+            .collect();
+        let mut kernel: Vec<(&Record, HostLink)> = Vec::new();
+        for r in records {
+            let Some(link) = self.host_link(r) else {
+                if r.route != PortRoute::Port {
+                    log::warn!(
+                        "{} of sandbox {}: its file names host interface {}, not the one the \
+                         OpenSDN Go plugin makes for it: no host link removed",
+                        r.ifname,
+                        r.container_id,
+                        r.host_ifname
+                    );
+                }
+                continue;
+            };
+            if r.is_legacy() {
+                match self.host.link(&link.name) {
+                    Ok(Some(l)) if l.kind.as_deref() != Some(link.kind) => {
+                        log::warn!(
+                            "{} is not a {} as the OpenSDN Go plugin made it: left alone",
+                            link.name,
+                            link.kind
+                        );
+                        continue;
+                    }
+                    Ok(None) => continue,
+                    _ => {}
+                }
+            }
+            kernel.push((r, link));
+        }
+        let names: Vec<&str> = kernel.iter().map(|(_, l)| l.name.as_str()).collect();
+        let mut failed: Vec<Unremoved> = self
             .host
             .delete_links(&names)
             .into_iter()
-            .map(|(name, e)| (name, Error::from(e)))
+            .map(|(name, e)| Unremoved {
+                vmi: kernel
+                    .iter()
+                    .find(|(_, l)| l.name == name)
+                    .map(|(r, _)| r.vmi_uuid.to_string())
+                    .unwrap_or_default(),
+                link: name,
+                error: Error::from(e),
+            })
             .collect();
         for r in vhost {
             let removed = match self.vhost_paths(r, false) {
@@ -294,7 +378,11 @@ impl Links {
                 }
             };
             if let Err(e) = removed {
-                failed.push((r.host_ifname.to_string(), e));
+                failed.push(Unremoved {
+                    vmi: r.vmi_uuid.to_string(),
+                    link: r.host_ifname.to_string(),
+                    error: e,
+                });
             }
         }
         failed
@@ -315,10 +403,10 @@ impl Links {
 
     /// What the host shows of the record's host side.
     pub(crate) fn host_side(&mut self, record: &Record) -> Result<Option<LinkSeen>> {
-        if record.route == PortRoute::Port {
+        let Some(link) = self.host_link(record) else {
             return Ok(None);
-        }
-        Ok(self.host.link(&record.host_ifname)?.map(seen))
+        };
+        Ok(self.host.link(&link.name)?.map(seen))
     }
 
     /// The `uvh_vif_` links into `vhost-dir` in vrouter-dpdk's socket directory, for

@@ -44,6 +44,18 @@ fn hashed(prefix: &str, vmi_uuid: &str) -> String {
     format!("{prefix}{:012x}", (h ^ (h >> 33)) >> 16)
 }
 
+/// The host link the OpenSDN Go plugin made for an attachment: `tap` (its veth's host end) or
+/// `vlan` (nested mode's 802.1Q link) and the first 11 characters of `<ifname>-<pod uuid>`
+/// (tf-controller `src/container/cni/internal/common/veth.go` `buildHostIfName`, `macvlan.go`
+/// `buildVlanIfName`, `interface.go` `CNI_UUID_IFNAME_LEN`), e.g. `tapeth0-40936d`. Its state
+/// file names the veth end as `host-ifname`, but in nested mode the parent interface there
+/// (`MacVlan.GetHostIfName`), which is the node's, never the attachment's.
+pub(crate) fn legacy_link(nested: bool, ifname: &str, vm_uuid: &str) -> String {
+    let prefix = if nested { "vlan" } else { "tap" };
+    let name: String = format!("{ifname}-{vm_uuid}").chars().take(11).collect();
+    format!("{prefix}{name}")
+}
+
 /// Whether a host link is named as this plugin names them (a veth end or a VLAN).
 pub(crate) fn is_ours(name: &str) -> bool {
     name.len() == 15
@@ -107,6 +119,15 @@ mod tests {
             HOST_0_1_0
         );
         assert_eq!(attachment_lock("k8s__default__p", "c1", "net1"), LOCK_0_1_0);
+    }
+
+    #[test]
+    fn the_go_plugins_links_are_named_as_it_names_them() {
+        let pod = "40936d96-cf0e-11e8-9892-002590aaa964";
+        assert_eq!(legacy_link(false, "eth0", pod), "tapeth0-40936d");
+        assert_eq!(legacy_link(true, "net1", pod), "vlannet1-40936d");
+        // Eleven characters of the interface name alone when it is that long.
+        assert_eq!(legacy_link(false, "averylongname15", pod), "tapaverylongna");
     }
 
     const HOST_0_1_0: &str = "tap56dc21f0fa67";

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::kernel::links::Links;
 use crate::kernel::netlink::{Netns, Socket};
 use crate::kernel::vhost;
-use crate::state::{Record, Route, StateDir, Then};
+use crate::state::{Record, Route, StateDir, Then, sandbox_gone};
 use crate::vmi::Mac;
 
 /// Which node-wide file, and how to print (`cli` documents each option).
@@ -21,6 +21,10 @@ pub struct Options {
     pub config: Option<PathBuf>,
     pub json: bool,
 }
+
+/// Who made an attachment, as the report says it.
+const OURS: &str = "contrail-k8s-cni";
+const LEGACY: &str = "opensdn-go-cni";
 
 /// One line of the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,6 +42,9 @@ pub(crate) struct Row {
     pub health: String,
     /// What to do about it ("-" when healthy).
     pub fix: String,
+    /// Who made the attachment: this plugin, or the OpenSDN Go plugin before it was rolled
+    /// out ("-" for what is no attachment).
+    pub made_by: String,
 }
 
 /// What the agent says of a VMI.
@@ -125,7 +132,9 @@ impl Finding {
     pub(crate) fn fix(&self) -> String {
         match self {
             Finding::Ok => "-".into(),
-            Finding::StaleSandbox => "GC releases it (the sandbox's DEL never came)".into(),
+            Finding::StaleSandbox => {
+                "GC or the sweep releases it (the sandbox's DEL never came)".into()
+            }
             Finding::InterfaceMissing
             | Finding::VhostLinkMissing
             | Finding::RegisteredAs(_)
@@ -203,7 +212,11 @@ fn observe(
         .ok()
         .flatten()
         .is_some_and(|h| r.vlan.is_none() || h.vlan == r.vlan);
-    let netns = Netns::open(Path::new(&r.netns)).ok();
+    // A sandbox of an earlier boot is gone, whatever its namespace path holds now.
+    let boot = crate::state::files::boot_id();
+    let netns = (!sandbox_gone(r, &boot))
+        .then(|| Netns::open(Path::new(&r.netns)).ok())
+        .flatten();
     let mut sock = netns.as_ref().and_then(|ns| Socket::open(ns).ok());
     let link = sock.as_mut().and_then(|sock| {
         let link = sock.link(&r.ifname).ok()??;
@@ -290,23 +303,32 @@ fn is_link_local(n: &ipnetwork::IpNetwork) -> bool {
     matches!(n.ip(), std::net::IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80)
 }
 
-/// A row about an attachment (or a failed attachment's reservation).
-fn attachment(r: &Record, finding: &Finding, mac: String, addresses: Vec<String>) -> Row {
+/// A row about an attachment (or a failed attachment's reservation), whose host link `links`
+/// names.
+fn attachment(
+    links: &Links,
+    r: &Record,
+    finding: &Finding,
+    mac: String,
+    addresses: Vec<String>,
+) -> Row {
     Row {
         pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
         sandbox: r.container_id.chars().take(12).collect(),
         ifname: r.ifname.to_string(),
         network: r.network.clone(),
         vmi: r.vmi_uuid.to_string(),
-        host: match r.route {
-            Route::Port => vhost::link_name(&r.host_ifname),
-            Route::Vm => r.host_ifname.to_string(),
+        host: match (r.route, links.host_link(r)) {
+            (Route::Port, _) => vhost::link_name(&r.host_ifname),
+            (Route::Vm, Some(link)) => link.name,
+            (Route::Vm, None) => "-".to_string(),
         },
         vlan: r.vlan,
         mac,
         addresses,
         health: finding.health(),
         fix: finding.fix(),
+        made_by: if r.is_legacy() { LEGACY } else { OURS }.to_string(),
     }
 }
 
@@ -324,6 +346,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
+    let mut links = Links::new(conf)?;
     let agent = Agent::new(conf, std::time::Instant::now());
     if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
         for vm_name in state.pods().map_err(Error::io("reading", dir))? {
@@ -351,7 +374,8 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
                 });
             }
             for r in &files.reserved {
-                rows.push(attachment(r, &Finding::Failed, r.mac.clone(), Vec::new()));
+                let row = attachment(&links, r, &Finding::Failed, r.mac.clone(), Vec::new());
+                rows.push(row);
             }
             for t in files.temps {
                 rows.push(debris(&vm_name, &Finding::TempFile(t)));
@@ -382,15 +406,15 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             rows.push(debris(&name, &Finding::StaleLock));
         }
     }
-    let mut links = Links::new(conf)?;
     for r in &records {
         let (o, mac, addresses) = observe(&mut links, &agent, conf, r);
-        rows.push(attachment(r, &health(r, &o), mac, addresses));
+        rows.push(attachment(&links, r, &health(r, &o), mac, addresses));
     }
-    let orphans = links
-        .ours()?
-        .into_iter()
-        .filter(|n| !records.iter().any(|r| &r.host_ifname == n));
+    let held: Vec<String> = records
+        .iter()
+        .filter_map(|r| links.host_link(r).map(|l| l.name))
+        .collect();
+    let orphans = links.ours()?.into_iter().filter(|n| !held.contains(n));
     for host in orphans {
         rows.push(Row {
             host: host.clone(),
@@ -451,6 +475,7 @@ impl Default for Row {
             addresses: Vec::new(),
             health: dash(),
             fix: dash(),
+            made_by: dash(),
         }
     }
 }
@@ -587,7 +612,7 @@ mod tests {
     fn every_problem_says_what_to_do() {
         // Each finding's fix names the action (or who takes it), never an empty promise.
         let all = [
-            (Finding::StaleSandbox, "GC releases it"),
+            (Finding::StaleSandbox, "GC or the sweep releases it"),
             (Finding::InterfaceMissing, "delete the pod"),
             (Finding::NoIpConfig, "check the VMI and its IPAM"),
             (Finding::RegisteredAs("tapx".into()), "delete the pod"),

@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use crate::agent::Agent;
 use crate::error::{Error, Result};
 use crate::ids::VmUuid;
-use crate::kernel::links::Links;
+use crate::kernel::links::{Links, Unremoved};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, Route, StateDir, Then};
 
@@ -132,7 +132,7 @@ pub(crate) fn remove(
     crate::crash::point("unlinked");
     let gone: Vec<Record> = records
         .iter()
-        .filter(|r| !failed.iter().any(|(name, _)| *name == r.host_ifname))
+        .filter(|r| !failed.iter().any(|u| *u.vmi == *r.vmi_uuid))
         .cloned()
         .collect();
     release(agent, pod, &gone, Then::Gone, Registered::Maybe)?;
@@ -145,7 +145,7 @@ pub(crate) fn remove(
         log_unsettled(pod, settle(agent, pod));
     }
     match failed.into_iter().next() {
-        Some((_, e)) => Err(e),
+        Some(u) => Err(u.error),
         None => Ok(()),
     }
 }
@@ -176,20 +176,23 @@ pub(crate) fn undo(
     failed
 }
 
-/// Deletes the interfaces a failed ADD made when the pod's state cannot be locked or read: they
-/// go all the same (their records stay, for the next DEL). Returns every failure.
-pub(crate) fn unlink(links: &mut Links, made: &[Record]) -> Vec<Error> {
-    delete_links(links, made)
+/// Deletes records' host links outside a release: the ones a failed ADD made when the pod's
+/// state cannot be locked or read (they go all the same; their records stay, for the next DEL),
+/// or the OpenSDN Go plugin's links of attachments a newer sandbox of the pod took over (their
+/// records were just rewritten as its claims; named the Go plugin's way, no new link replaces
+/// them). Returns every failure.
+pub(crate) fn unlink(links: &mut Links, records: &[Record]) -> Vec<Error> {
+    delete_links(links, records)
         .into_iter()
-        .map(|(_, e)| e)
+        .map(|u| u.error)
         .collect()
 }
 
 /// Removes the records' interfaces; the ones that could not be removed, with why.
-fn delete_links(links: &mut Links, records: &[Record]) -> Vec<(String, Error)> {
+fn delete_links(links: &mut Links, records: &[Record]) -> Vec<Unremoved> {
     let failed = links.remove(&SEAL, records);
-    for (name, e) in &failed {
-        log::warn!("could not delete {name}: {e}");
+    for u in &failed {
+        log::warn!("could not delete {}: {}", u.link, u.error);
     }
     failed
 }
@@ -269,10 +272,11 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     // nothing: a pod whose namespace is gone costs one request to tear down, not N(N+1)/2.
     let mut pending = files.pending;
     let mut live = Vec::new();
+    let boot = crate::state::files::boot_id();
     for r in files.records {
         // A vhost-user attachment stays live: its link and directory outlive the netns (its
         // DEL, GC or the sweep removes them), and it costs the `/vm` resync nothing.
-        if r.route == Route::Port || !crate::kernel::netlink::netns_gone(&r.netns) {
+        if r.route == Route::Port || !crate::state::sandbox_gone(&r, &boot) {
             live.push(r);
             continue;
         }

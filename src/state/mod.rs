@@ -61,6 +61,16 @@ const LEGACY_RESYNC: &str = ".resync";
 /// A state file is a few hundred bytes: anything larger is not one.
 pub const MAX_FILE: u64 = 64 * 1024;
 
+/// Whether the sandbox holding `r` is provably gone: the path of its network namespace no
+/// longer exists while the directory that held it does (see [`netns_gone`]), or it is of an
+/// earlier boot (`boot` is this one's id: no network namespace survives a boot). A live
+/// sandbox, or one whose namespace path proves nothing (a `/proc/<pid>` path), is not.
+///
+/// [`netns_gone`]: crate::kernel::netlink::netns_gone
+pub(crate) fn sandbox_gone(r: &Record, boot: &str) -> bool {
+    r.of_an_earlier_boot(boot) || crate::kernel::netlink::netns_gone(&r.netns)
+}
+
 /// `config-dir`, opened once per call; every path below it is resolved relative to it.
 pub struct StateDir {
     fd: OwnedFd,

@@ -5,7 +5,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::sys::stat::mkdirat;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{SFlag, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{LEGACY_RESYNC, Lock, MAX_FILE, Record, Unreadable, files, open_pod_dir};
@@ -34,6 +35,10 @@ impl Then {
 }
 
 pub(super) const RESERVED: &str = "reserved";
+
+/// The OpenSDN Go plugin's directory of pods' cached VMIs under Multus, beside `config-dir`
+/// (its `<config-dir>/../<meta-plugin>`; `multus` is the only meta-plugin it knows).
+const LEGACY_META_PLUGIN_DIR: &str = "multus";
 
 /// `.<vmi-uuid>.<suffix>`: hidden from the agent's reload, which takes names starting with a
 /// uuid.
@@ -96,7 +101,15 @@ impl PodFiles {
             let record = bytes
                 .as_deref()
                 .map_err(Clone::clone)
-                .and_then(|b| parse_record(b, vmi));
+                .and_then(|b| parse_record(b, vmi))
+                .map(|mut r| {
+                    // The Go plugin's file says nothing of its boot: its age does.
+                    if r.is_legacy() {
+                        r.written_before_boot = stat_at(dir, name)
+                            .is_ok_and(|st| st.is_some_and(|st| written_before_boot(&st)));
+                    }
+                    r
+                });
             (bytes, record)
         };
         // Read whole (a regular file within bounds) yet not a port of this VMI, and older than
@@ -319,7 +332,49 @@ impl PodDir {
                 Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(()),
                 Err(e) => return Err(io(e)),
             }
+            self.remove_legacy_cache();
         }
         self.lock.remove()
+    }
+
+    /// The OpenSDN Go plugin's cache of the pod's VMIs under Multus,
+    /// `<config-dir>/../multus/<vm-name>` (tf-controller `src/container/cni/internal/contrail/
+    /// cni.go` `getMetaPluginDir`, `writeVrouterPollResults`), goes with the pod's directory:
+    /// the pod has no attachment left, and the Go plugin, rolled back to, would give a new pod
+    /// of the same name the VMIs it read there. A regular file only, never followed.
+    fn remove_legacy_cache(&self) {
+        let open_dir = |at: &OwnedFd, name: &str| {
+            openat(
+                at,
+                name,
+                files::flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY),
+                mode(0),
+            )
+        };
+        let Ok(parent) = open_dir(&self.root, "..") else {
+            return;
+        };
+        let Ok(dir) = open_dir(&parent, LEGACY_META_PLUGIN_DIR) else {
+            return;
+        };
+        let regular = |st: Option<nix::sys::stat::FileStat>| {
+            st.is_some_and(|st| files::is_kind(&st, SFlag::S_IFREG))
+        };
+        if !stat_at(&dir, &self.name).is_ok_and(regular) {
+            return;
+        }
+        let path = (self.path.parent().and_then(Path::parent))
+            .map(|p| p.join(LEGACY_META_PLUGIN_DIR).join(&self.name))
+            .unwrap_or_default();
+        match files::unlink(&dir, &self.name) {
+            Ok(()) => log::info!(
+                "removed the OpenSDN Go plugin's cache of pod {}: {}",
+                self.name,
+                path.display()
+            ),
+            Err(e) => log::warn!("removing {}: {e}", path.display()),
+        }
+        // Its directory goes with its last cache: ENOTEMPTY while another pod's is there.
+        let _ = unlinkat(&parent, LEGACY_META_PLUGIN_DIR, UnlinkatFlags::RemoveDir);
     }
 }

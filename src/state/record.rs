@@ -97,6 +97,11 @@ pub struct Record {
         skip_serializing_if = "Option::is_none"
     )]
     pub device_info: Option<PathBuf>,
+    /// Read, not written: a file without this plugin's marker (the OpenSDN Go plugin's, see
+    /// [`Record::is_legacy`]) last written before this boot. Such a file has no claim times;
+    /// its sandbox died with the node (no network namespace outlives a boot).
+    #[serde(skip)]
+    pub written_before_boot: bool,
 }
 
 /// The agent's route a port was registered through; it decides how it is released.
@@ -174,6 +179,26 @@ impl Record {
 
     pub fn is(&self, container_id: &str, ifname: &str) -> bool {
         self.container_id == container_id && self.ifname == ifname
+    }
+
+    /// A file in the agent's format without this plugin's marker: the OpenSDN Go plugin wrote
+    /// it (its `addVmFile`, before its `POST /vm`), on a node this plugin was rolled out onto.
+    /// The attachment of the sandbox and interface it names (`vm-id`, `vm-ifname`), released as
+    /// this plugin's are; only its host link is named the Go plugin's way
+    /// ([`crate::kernel::names::legacy_link`]).
+    pub fn is_legacy(&self) -> bool {
+        self.state_version.is_empty()
+    }
+
+    /// Whether the sandbox that holds this attachment belongs to an earlier boot: claimed then
+    /// (this plugin's records say when), or written then (the Go plugin's). Every sandbox of an
+    /// earlier boot is gone: no network namespace survives a reboot.
+    pub fn of_an_earlier_boot(&self, boot_id: &str) -> bool {
+        if self.claimed_boot.is_empty() {
+            self.written_before_boot
+        } else {
+            self.claimed_boot != boot_id
+        }
     }
 
     /// The registration body: the record itself (the agent ignores the keys it does not know).

@@ -38,6 +38,7 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
         route: Route::Vm,
         pod_uid: None,
         device_info: None,
+        written_before_boot: false,
     }
 }
 

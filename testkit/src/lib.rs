@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod legacy;
 pub mod procfs;
 
 /// Where the binaries under test are: the release build of the plugin and the simulator, in
