@@ -11,6 +11,7 @@ mod combos;
 mod crash;
 mod deploy;
 mod dpdk_rig;
+mod examples;
 mod faults;
 mod hardening;
 mod hazards;

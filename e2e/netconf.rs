@@ -2,6 +2,7 @@
 //! exactly those files, the way Multus and CNI-Genie would read and pass them, overriding only
 //! what points at this test's simulator and directories.
 
+use contrail_testkit::cluster::{multus_ifname, multus_selections};
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
@@ -33,6 +34,8 @@ struct Selection {
     namespace: String,
     network: String,
     ifname: String,
+    /// The interface the pod asked for (the JSON form's `interface`).
+    interface: Option<String>,
 }
 
 #[test]
@@ -43,23 +46,17 @@ fn multus_pod_from_the_netconf_files() {
         .as_str()
         .unwrap()
         .to_string();
-    let wanted: Vec<Value> =
-        serde_json::from_str(&annotation(pod_doc, "k8s.v1.cni.cncf.io/networks")).unwrap();
-    let selections: Vec<Selection> = wanted
+    // As Multus reads the annotation (testkit::cluster): net<position> unless the pod asked.
+    let networks = annotation(pod_doc, "k8s.v1.cni.cncf.io/networks");
+    let selections: Vec<Selection> = multus_selections(&networks, &pod_ns)
+        .unwrap()
         .iter()
         .enumerate()
-        .map(|(i, w)| {
-            let full = w["name"].as_str().unwrap();
-            let (namespace, network) = full.split_once('/').unwrap_or((&pod_ns, full));
-            // Multus: `net<position>` unless the pod asked for a name.
-            let ifname = w["interface"]
-                .as_str()
-                .map_or_else(|| format!("net{}", i + 1), str::to_string);
-            Selection {
-                namespace: namespace.into(),
-                network: network.into(),
-                ifname,
-            }
+        .map(|(i, w)| Selection {
+            namespace: w.namespace.clone(),
+            network: w.name.clone(),
+            ifname: multus_ifname(w, i + 1),
+            interface: w.interface.clone(),
         })
         .collect();
     let nads: Vec<serde_yaml::Value> = yaml_docs("networks.yaml");
@@ -85,7 +82,7 @@ fn multus_pod_from_the_netconf_files() {
     let mut vmis = vec![VmiSpec::new("default", 1)];
     for (i, s) in selections.iter().enumerate() {
         let mut v = VmiSpec::new(&s.network, i as u8 + 2);
-        if let Some(name) = wanted[i]["interface"].as_str() {
+        if let Some(name) = &s.interface {
             v = v.with("interface", json!(name));
         }
         vmis.push(v);

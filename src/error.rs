@@ -162,11 +162,12 @@ pub enum Error {
     /// A panic, caught before it reached the caller; its message is in the log.
     #[error("internal error in contrail-k8s-cni; see its log")]
     Internal,
-    /// No VMI of the pod fits the attachment.
-    #[error("{}", no_vmi_message(vm_name, network, why))]
+    /// No VMI of the pod fits the attachment (interface `ifname`).
+    #[error("{}", no_vmi_message(vm_name, network, ifname, why))]
     NoVmi {
         vm_name: String,
         network: String,
+        ifname: String,
         why: Unresolved,
     },
     #[error(transparent)]
@@ -221,18 +222,55 @@ fn agent_message(agent: &str, request: &Request, fault: &AgentFault) -> String {
     }
 }
 
-fn no_vmi_message(vm_name: &str, network: &str, why: &Unresolved) -> String {
+/// Where the operator's manual says why kube-manager made no VMI for an attachment.
+pub(crate) const NO_VMI_DOCS: &str =
+    "docs/multus.md#when-kube-manager-made-no-vmi-for-an-attachment";
+
+/// Why no VMI fits, with the causes the call can tell apart. kube-manager makes a pod's VMIs
+/// once, when it first sees the pod on a node (tf-controller `vnc_pod.py` `vnc_pod_add`): one
+/// for the cluster network and one for each entry of the pod's networks annotation that it reads
+/// as naming a NetworkAttachmentDefinition whose inline config has a top-level
+/// `"type": "contrail-k8s-cni"` (`kube_config_db.py` `_parse_annotations`,
+/// `network_monitor.py`). Its string form is split at `,` and `/`, nothing trimmed, no
+/// `@ifname` (Multus trims both and reads `@ifname`). So: a network the pod has no VMI for was
+/// skipped (an entry with a space or `@`, a conflist NAD) or added after the pod started
+/// (Multus dynamic networks); a network attached more often than it has VMIs lost entries the
+/// same way (`net-a, net-a`: the second is " net-a").
+fn no_vmi_message(vm_name: &str, network: &str, ifname: &str, why: &Unresolved) -> String {
     match why {
-        Unresolved::NoSuchNetwork { known } => format!(
-            "pod {vm_name} has no interface on network {network:?}; the agent knows it on: {}. \
-             Check that the NetworkAttachmentDefinition name matches the pod's networks \
-             annotation",
-            known.join(", ")
-        ),
+        Unresolved::NoSuchNetwork { known } => {
+            // Multus names a delegate net<k>, or as the annotation asked: in the string form,
+            // `net@ifname`, which kube-manager does not read.
+            let asked = !(ifname.strip_prefix("net"))
+                .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+            let others = "an entry of the string form with a space (write `net-a,net-b`, not \
+                          `net-a, net-b`), a NetworkAttachmentDefinition whose config has no \
+                          top-level \"type\": \"contrail-k8s-cni\" (a conflist), or a network \
+                          added to the pod after it started (Multus dynamic networks: \
+                          kube-manager makes VMIs only when a pod starts; recreate the pod)";
+            let likely = if asked {
+                format!(
+                    "an entry `{network}@{ifname}` in the string form (this interface's name is \
+                     not Multus's net<k>), which kube-manager reads as a network of that whole \
+                     name: write the JSON form, [{{\"name\": \"{network}\", \"interface\": \
+                     \"{ifname}\"}}]; or {others}"
+                )
+            } else {
+                others.to_string()
+            };
+            format!(
+                "pod {vm_name} has no VMI on network {network:?} (its VMIs are on: {}): \
+                 kube-manager made none for it. Likely {likely}. See {NO_VMI_DOCS}",
+                known.join(", ")
+            )
+        }
         Unresolved::AllTaken { count } => format!(
-            "all {count} interface(s) of pod {vm_name} on network {network:?} are already \
-             attached under other interface names; the pod references that network fewer times \
-             than it is being attached"
+            "the {count} VMI(s) of pod {vm_name} on network {network:?} are attached under \
+             other interface names: the pod is attached to {network:?} more often than \
+             kube-manager made VMIs for it. kube-manager reads the string form of the networks \
+             annotation without trimming: in `{network}, {network}` the second entry is \
+             \" {network}\", which names no NetworkAttachmentDefinition; write \
+             `{network},{network}` or the JSON form. See {NO_VMI_DOCS}"
         ),
         Unresolved::NoVmis => format!("pod {vm_name} has no VMIs"),
     }

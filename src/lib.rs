@@ -250,7 +250,7 @@ pub fn run(
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     match &result {
         Ok(_) => log::info!("{line}: ok in {ms:.1} ms"),
-        Err(e) => log::error!("{line}: failed in {ms:.1} ms: {e}"),
+        Err(e) => log::error!("{line}: failed in {ms:.1} ms (code {}): {e}", e.code()),
     }
     if let Some(path) = &contrail.metrics_file {
         let (requests, budget_wait) = agent::sent();

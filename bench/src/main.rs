@@ -235,10 +235,8 @@ fn pod(name: String, n: usize, ip_delay_ms: u64) -> PodSpec {
         })
         .collect();
     PodSpec {
-        namespace: "default".into(),
         name,
-        uuid: uuid(),
-        vmis,
+        ..PodSpec::new(vmis)
     }
 }
 

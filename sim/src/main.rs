@@ -12,6 +12,9 @@
 //! `/sim/` ones, `GET /sim/requests`, the same by method, route and status
 //! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts),
 //! `GET /sim/violations`, the requests a nested node must never send that it received,
+//! `GET /sim/kube-manager`, how kube-manager read the networks annotation of each pod the pod
+//! file gives by its annotation (`kube_manager.rs`: which entries got a VMI, which were skipped
+//! and why),
 //! `GET /sim/load`, the agent's DB per second (see `db.rs`), and with `--log-requests`,
 //! `GET /sim/log`, every request with its arrival time and the connection it came on.
 //!
@@ -61,6 +64,7 @@ use std::{process, thread};
 mod cli;
 mod db;
 mod http;
+mod kube_manager;
 mod pods;
 mod port;
 mod vhost;
@@ -493,6 +497,16 @@ impl Sim {
                 Ok(json!(*by))
             }
             ("GET", "/sim/violations") => Ok(st.violations.clone().into()),
+            // How kube-manager read the annotations of the pods given by theirs.
+            ("GET", "/sim/kube-manager") => Ok(self
+                .pods
+                .iter()
+                .filter_map(|p| {
+                    let mut report = p.kube_manager.clone()?;
+                    report["pod"] = p.vm_name.clone().into();
+                    Some(report)
+                })
+                .collect()),
             ("GET", "/sim/load") => Ok(st.db.load()),
             ("GET", "/sim/log") => st
                 .log

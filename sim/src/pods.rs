@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::str::FromStr;
 
+use super::kube_manager::{self, Nad};
 use super::{AUTHOR, NIL_UUID, NO_VLAN, Port, agent_time};
 
 // ---------------------------------------------------------------- pod description file
@@ -16,8 +17,13 @@ use super::{AUTHOR, NIL_UUID, NO_VLAN, Port, agent_time};
 #[serde(deny_unknown_fields)]
 pub(crate) struct PodFile {
     pub(crate) pods: Vec<PodSpec>,
+    /// The cluster's NetworkAttachmentDefinitions, for the pods given by their annotation.
+    #[serde(default)]
+    pub(crate) nads: Vec<Nad>,
 }
 
+/// A pod: by its VMIs, or by its networks annotation, from which kube-manager makes them
+/// ([`kube_manager`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PodSpec {
@@ -26,7 +32,11 @@ pub(crate) struct PodSpec {
     #[serde(default = "default_cluster")]
     pub(crate) cluster: String,
     pub(crate) uuid: String,
+    #[serde(default)]
     pub(crate) vmis: Vec<VmiSpec>,
+    /// `k8s.v1.cni.cncf.io/networks`, as the pod has it.
+    #[serde(rename = "networks-annotation", default)]
+    pub(crate) networks_annotation: Option<String>,
 }
 
 pub(crate) fn default_cluster() -> String {
@@ -62,6 +72,38 @@ pub(crate) struct VmiSpec {
     pub(crate) vlan_id: Option<u16>,
 }
 
+impl VmiSpec {
+    /// A VMI kube-manager made (see [`kube_manager::vmis`]).
+    pub(crate) fn derived(
+        uuid: String,
+        network: String,
+        mac: String,
+        ip: String,
+        gateway: String,
+        interface: Option<String>,
+    ) -> VmiSpec {
+        VmiSpec {
+            uuid,
+            network,
+            vn_name: None,
+            vn_uuid: None,
+            mac,
+            ip: Some(ip),
+            gateway: Some(gateway),
+            dns: None,
+            ip6: None,
+            v6_plen: None,
+            v6_gateway: None,
+            v6_dns: None,
+            interface,
+            default_gw: false,
+            cfg_delay_ms: 0,
+            ip_delay_ms: 0,
+            vlan_id: None,
+        }
+    }
+}
+
 /// A pod as the agent knows it; `vmis` is sorted by UUID because that is the order in
 /// which the agent lists them.
 pub(crate) struct Pod {
@@ -69,6 +111,8 @@ pub(crate) struct Pod {
     pub(crate) name: String,
     pub(crate) vm_name: String,
     pub(crate) vmis: Vec<Vmi>,
+    /// A pod given by its annotation: how kube-manager read it (`GET /sim/kube-manager`).
+    pub(crate) kube_manager: Option<Value>,
 }
 
 pub(crate) struct Vmi {
@@ -160,8 +204,35 @@ pub(crate) fn load_pods(path: &Path) -> Result<Vec<Pod>, String> {
     let file: PodFile = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let mut seen = HashSet::new();
     let mut pods = Vec::new();
-    for spec in file.pods {
-        let pod = build_pod(spec).map_err(|e| format!("{path}: {e}"))?;
+    for mut spec in file.pods {
+        let report = match spec.networks_annotation.take() {
+            None => None,
+            Some(_) if !spec.vmis.is_empty() => {
+                return Err(format!(
+                    "{path}: pod {}: give its vmis or its networks-annotation, not both",
+                    spec.name
+                ));
+            }
+            Some(annotation) => {
+                let read = kube_manager::networks(&annotation, &spec.namespace, &file.nads);
+                let report = match &read {
+                    Ok((_, readings)) => json!({
+                        "annotation": annotation,
+                        "entries": readings.iter().map(|r| json!({
+                            "entry": r.entry, "kept": r.kept, "why": r.why,
+                        })).collect::<Vec<_>>(),
+                    }),
+                    // The pod fails in kube-manager: it never gets VMIs.
+                    Err(why) => json!({"annotation": annotation, "failed": why}),
+                };
+                if let Ok((networks, _)) = &read {
+                    spec.vmis = kube_manager::vmis(&spec.uuid, networks);
+                }
+                Some(report)
+            }
+        };
+        let mut pod = build_pod(spec, report.is_some()).map_err(|e| format!("{path}: {e}"))?;
+        pod.kube_manager = report;
         // Lookups go by vm-name and by UUID, so each must name one thing only.
         let keys = [&pod.uuid, &pod.vm_name].into_iter();
         for key in keys.chain(pod.vmis.iter().map(|v| &v.spec.uuid)) {
@@ -174,13 +245,15 @@ pub(crate) fn load_pods(path: &Path) -> Result<Vec<Pod>, String> {
     Ok(pods)
 }
 
-pub(crate) fn build_pod(spec: PodSpec) -> Result<Pod, String> {
+/// Validates one pod; `derived`: its VMIs are kube-manager's (none when it failed the pod).
+pub(crate) fn build_pod(spec: PodSpec, derived: bool) -> Result<Pod, String> {
     let PodSpec {
         name,
         namespace,
         cluster,
         uuid,
         vmis,
+        networks_annotation: _,
     } = spec;
     let ctx = format!("pod {namespace}/{name}");
     for (what, value) in [
@@ -197,7 +270,7 @@ pub(crate) fn build_pod(spec: PodSpec) -> Result<Pod, String> {
             "{ctx}: uuid {uuid:?} is not a lowercase dashed UUID"
         ));
     }
-    if vmis.is_empty() {
+    if vmis.is_empty() && !derived {
         return Err(format!("{ctx}: no vmis"));
     }
     let total = vmis.len();
@@ -216,6 +289,7 @@ pub(crate) fn build_pod(spec: PodSpec) -> Result<Pod, String> {
         name,
         vm_name,
         vmis: built,
+        kube_manager: None,
     })
 }
 

@@ -302,6 +302,7 @@ impl Add<'_> {
                 let unresolved = |why| Error::NoVmi {
                     vm_name: self.vm_name.clone(),
                     network: network.clone(),
+                    ifname: self.interface.to_string(),
                     why,
                 };
                 // Only a network attached more than once needs the agent's view to tell VMIs
@@ -379,6 +380,7 @@ impl Add<'_> {
         outcomes.into_iter().next().ok_or_else(|| Error::NoVmi {
             vm_name: self.vm_name.clone(),
             network: self.conf.network.clone(),
+            ifname: self.interface.to_string(),
             why: Unresolved::NoVmis,
         })
     }

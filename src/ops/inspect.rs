@@ -98,6 +98,12 @@ pub(crate) enum Finding {
     VhostLinkMissing,
     /// A `uvh_vif_` link into `vhost-dir` that no attachment explains.
     OrphanVhostLink(String),
+    /// An ADD refused for want of a VMI (code 101, when, the log's reason): nothing of it was
+    /// made, only the log has it.
+    NoVmi {
+        at: String,
+        why: String,
+    },
 }
 
 impl Finding {
@@ -126,6 +132,7 @@ impl Finding {
             Finding::OrphanHostLink(_) => "orphan host link".into(),
             Finding::VhostLinkMissing => "vhost-user link missing".into(),
             Finding::OrphanVhostLink(_) => "orphan vhost-user link".into(),
+            Finding::NoVmi { at, why } => format!("ADD refused at {at}, no VMI: {why}"),
         }
     }
 
@@ -166,6 +173,10 @@ impl Finding {
             Finding::StaleLock => "GC removes it".into(),
             Finding::OrphanHostLink(name) => format!("if no pod uses it: ip link del {name}"),
             Finding::OrphanVhostLink(path) => format!("if no pod uses it: rm {path}"),
+            Finding::NoVmi { .. } => format!(
+                "fix the pod's networks annotation or its NAD, then recreate the pod: {}",
+                crate::error::NO_VMI_DOCS
+            ),
         }
     }
 }
@@ -421,6 +432,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             ..debris("-", &Finding::OrphanHostLink(host))
         });
     }
+    rows.extend(refused(conf));
     let vhost_orphans = links.vhost_links().into_iter().filter(|(name, _)| {
         !records
             .iter()
@@ -433,6 +445,33 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
+}
+
+/// How far back `inspect` reads the log for refused attachments.
+const REFUSALS_WITHIN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The attachments the last hour's ADDs were refused for want of a VMI, which no success or DEL
+/// followed: a refusal makes nothing, so only the node's log has them.
+fn refused(conf: &Contrail) -> Vec<Row> {
+    let Some(log) = &conf.log_file else {
+        return Vec::new();
+    };
+    crate::ops::logging::refusals(log, crate::error::code::NO_VMI, REFUSALS_WITHIN)
+        .into_iter()
+        .map(|r| Row {
+            sandbox: r.container.chars().take(12).collect(),
+            ifname: r.ifname,
+            network: r.network,
+            ..debris(
+                &r.pod,
+                &Finding::NoVmi {
+                    at: r.at,
+                    // Its first sentence: the rest (the likely causes) is in the log.
+                    why: r.why.split(". ").next().unwrap_or_default().to_string(),
+                },
+            )
+        })
+        .collect()
 }
 
 /// The pod's VMIs that the agent has registered although no state file explains them.

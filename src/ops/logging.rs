@@ -64,6 +64,88 @@ fn timestamp(t: std::time::Duration) -> String {
     )
 }
 
+/// An ADD the log shows refused with a given code, which no later success or DEL of the same
+/// attachment (container, interface) followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub at: String,
+    pub container: String,
+    pub ifname: String,
+    pub network: String,
+    pub pod: String,
+    pub why: String,
+}
+
+/// How much of the log's end [`refusals`] reads.
+const RECENT_BYTES: u64 = 1 << 20;
+
+/// The ADDs that the last MiB of the log at `path` shows refused with `code` within `within` of
+/// now, and that no later success or DEL of the same attachment followed: `inspect`'s view of
+/// what left no state (a refusal makes nothing). The lines are this module's own (a call's one
+/// line, [`crate::Line`]); a line it cannot read is skipped.
+pub(crate) fn refusals(path: &Path, code: u32, within: std::time::Duration) -> Vec<Refusal> {
+    use std::io::{Read, Seek, SeekFrom};
+    // Opened as it is for writing: never through a link, never blocking, a regular file only.
+    let opened = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => {
+            files::open_dir(dir).and_then(|dir| files::open_regular(&dir, name, OFlag::O_RDONLY, 0))
+        }
+        _ => return Vec::new(),
+    };
+    let Ok(mut f) = opened else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(RECENT_BYTES)));
+    let mut bytes = Vec::new();
+    let _ = f.take(RECENT_BYTES).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    // Timestamps of one format sort as they happened.
+    let since = timestamp(now.saturating_sub(within));
+    let refused = format!(" (code {code}): ");
+    let mut out: Vec<Refusal> = Vec::new();
+    for line in text.lines() {
+        let Some((at, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some((_, call)) = rest.split_once("] ") else {
+            continue;
+        };
+        let field = |key: &str, next: &str| -> Option<String> {
+            let from = call.find(&format!(" {key}="))? + key.len() + 2;
+            let to = from + call[from..].find(&format!(" {next}="))?;
+            Some(call[from..to].to_string())
+        };
+        let (Some(container), Some(ifname), Some(network), Some(pod)) = (
+            field("container", "ifname"),
+            field("ifname", "network"),
+            field("network", "pod"),
+            field("pod", "vmi"),
+        ) else {
+            continue;
+        };
+        let command = call.split(' ').next().unwrap_or("");
+        out.retain(|r| !(r.container == container && r.ifname == ifname));
+        if command != "ADD" || at < since.as_str() {
+            continue;
+        }
+        if let Some((_, why)) = call.split_once(&refused) {
+            out.push(Refusal {
+                at: at.to_string(),
+                container,
+                ifname,
+                network,
+                pod,
+                why: why.to_string(),
+            });
+        }
+    }
+    out
+}
+
 /// Opens the log file for appending: created (0640, its directory too) when missing; refused
 /// when it is a symlink, a FIFO, a device or a directory. Past the cap it is rotated first.
 fn open(path: &Path) -> io::Result<File> {
@@ -192,6 +274,63 @@ mod tests {
         assert_eq!(std::fs::metadata(&target).unwrap().len(), MAX_LOG_BYTES + 1);
         assert!(!dir.join("link.log.1").exists() && !dir.join("precious.1").exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refusals_are_the_recent_ones_nothing_followed() {
+        let dir = tempdir("refusals");
+        let log = dir.join("cni.log");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let at = |ago: u64| timestamp(now - std::time::Duration::from_secs(ago));
+        let call = |when: String, cmd: &str, cid: &str, ifname: &str, result: &str| {
+            format!(
+                "{when} ERROR contrail-k8s-cni[7] {cmd} container={cid} ifname={ifname} \
+                 network=net-a pod=default/web-0 vmi=-: {result}\n"
+            )
+        };
+        let refused = "failed in 2.0 ms (code 101): pod k8s__default__web-0 has no VMI. Likely x";
+        let lines = [
+            // Too old.
+            call(at(7200), "ADD", "c0", "net1", refused),
+            // Refused, then its DEL: gone.
+            call(at(60), "ADD", "c1", "net1", refused),
+            call(at(59), "DEL", "c1", "net1", "ok in 1.0 ms"),
+            // Refused, then retried with success: gone.
+            call(at(50), "ADD", "c2", "net1", refused),
+            call(at(49), "ADD", "c2", "net1", "ok in 9.0 ms"),
+            // Refused with another code: not this one's.
+            call(
+                at(40),
+                "ADD",
+                "c3",
+                "net1",
+                "failed in 9.0 ms (code 11): gave up",
+            ),
+            // Refused, twice: the latest.
+            call(at(30), "ADD", "c4", "net2", refused),
+            call(at(20), "ADD", "c4", "net2", refused),
+            "a line that is no call's\n".to_string(),
+        ];
+        std::fs::write(&log, lines.concat()).unwrap();
+        let found = refusals(&log, 101, std::time::Duration::from_secs(3600));
+        assert_eq!(
+            found,
+            [Refusal {
+                at: at(20),
+                container: "c4".into(),
+                ifname: "net2".into(),
+                network: "net-a".into(),
+                pod: "default/web-0".into(),
+                why: "pod k8s__default__web-0 has no VMI. Likely x".into(),
+            }]
+        );
+        assert_eq!(
+            refusals(&dir.join("none"), 101, std::time::Duration::from_secs(1)),
+            []
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

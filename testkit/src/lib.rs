@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod cluster;
 pub mod legacy;
 pub mod procfs;
 
@@ -412,6 +413,10 @@ pub struct PodSpec {
     pub name: String,
     pub uuid: String,
     pub vmis: Vec<VmiSpec>,
+    /// A pod given by its `k8s.v1.cni.cncf.io/networks` annotation instead of its VMIs: the
+    /// simulator makes them as kube-manager does, from the NADs it was started with
+    /// ([`Sim::start_cluster`]).
+    pub networks_annotation: Option<String>,
 }
 
 impl PodSpec {
@@ -421,6 +426,16 @@ impl PodSpec {
             name: format!("pod-{}", tag()),
             uuid: uuid(),
             vmis,
+            networks_annotation: None,
+        }
+    }
+
+    /// A pod of `namespace` by its networks annotation.
+    pub fn annotated(namespace: &str, annotation: &str) -> PodSpec {
+        PodSpec {
+            namespace: namespace.into(),
+            networks_annotation: Some(annotation.into()),
+            ..PodSpec::new(Vec::new())
         }
     }
 
@@ -429,8 +444,12 @@ impl PodSpec {
     }
 
     pub fn to_json(&self) -> Value {
-        json!({"name": self.name, "namespace": self.namespace, "uuid": self.uuid,
-               "vmis": self.vmis.iter().map(VmiSpec::to_json).collect::<Vec<_>>()})
+        let mut v = json!({"name": self.name, "namespace": self.namespace, "uuid": self.uuid,
+               "vmis": self.vmis.iter().map(VmiSpec::to_json).collect::<Vec<_>>()});
+        if let Some(annotation) = &self.networks_annotation {
+            v["networks-annotation"] = json!(annotation);
+        }
+        v
     }
 
     /// CNI_ARGS exactly as Multus builds them: its own keys, then the runtime's again.
@@ -527,6 +546,17 @@ impl Sim {
 
     pub fn start_with(bin: &Path, pods: &[&PodSpec], args: &[&str]) -> Sim {
         Sim::spawn(bin, Sim::pods_file(pods), "127.0.0.1", args)
+    }
+
+    /// [`Sim::start`] with the cluster's NetworkAttachmentDefinitions, from which it makes the
+    /// VMIs of the pods given by their annotation ([`PodSpec::annotated`]) as kube-manager does.
+    pub fn start_cluster(pods: &[&PodSpec], nads: &[cluster::Nad], args: &[&str]) -> Sim {
+        let dir = Sim::pods_file(pods);
+        let file = dir.0.join("pods.json");
+        let mut body: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        body["nads"] = nads.iter().map(cluster::Nad::to_json).collect();
+        std::fs::write(&file, body.to_string()).unwrap();
+        Sim::spawn(&sim_bin(), dir, "127.0.0.1", args)
     }
 
     /// [`Sim::start`] on another loopback address (`127.0.0.2`: an endpoint that is not the
