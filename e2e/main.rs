@@ -28,4 +28,5 @@ mod stress;
 mod tamper;
 mod thick;
 mod trust;
+mod vhost_hardening;
 mod vhost_user;

@@ -15,14 +15,14 @@ const BOUND: Duration = Duration::from_secs(60);
 /// A pod on a DPDK node: the vRouter's socket directory, the root of the pods' vhost-user
 /// directories and the device-info directory are the test's, the pod mounts its directory at
 /// [`APP_SOCKET_DIR`].
-struct Dpdk {
-    fx: Fixture,
-    vrouter: TempDir,
+pub(crate) struct Dpdk {
+    pub(crate) fx: Fixture,
+    pub(crate) vrouter: TempDir,
     /// `vhost-dir` (`<vhost>/pods`), a tmpfs that follows no symlink, as a node mounts it;
     /// unmounted before `vhost` goes.
     guard: Option<Guard>,
-    vhost: TempDir,
-    devinfo: TempDir,
+    pub(crate) vhost: TempDir,
+    pub(crate) devinfo: TempDir,
     /// Where the simulator's vrouter-dpdk stand-in looks, when testpmd plays that part instead.
     _elsewhere: TempDir,
     /// The simulator's switches, for a restart.
@@ -32,12 +32,17 @@ struct Dpdk {
 impl Dpdk {
     /// With the simulator's vrouter-dpdk stand-in connecting to the node's `uvh_vif_` links
     /// (`standin`), or to an unused directory (testpmd is the vRouter's side).
-    fn new(vmis: Vec<VmiSpec>, standin: bool) -> Dpdk {
+    pub(crate) fn new(vmis: Vec<VmiSpec>, standin: bool) -> Dpdk {
         Dpdk::with_sim(PodSpec::new(vmis), standin, &[])
     }
 
     /// [`Dpdk::new`] with more simulator switches.
     fn with_sim(pod: PodSpec, standin: bool, extra: &[&str]) -> Dpdk {
+        Dpdk::with_pods(vec![pod], standin, extra)
+    }
+
+    /// [`Dpdk::with_sim`] on a node with `pods`; the fixture's pod is the first.
+    pub(crate) fn with_pods(pods: Vec<PodSpec>, standin: bool, extra: &[&str]) -> Dpdk {
         enter_node();
         let (vrouter, vhost, devinfo, elsewhere) = (
             TempDir::new(),
@@ -51,7 +56,14 @@ impl Dpdk {
         sim_args.extend(extra.iter().map(|a| a.to_string()));
         let guard = Some(Guard::mount(&vhost.0.join("pods")));
         let args: Vec<&str> = sim_args.iter().map(String::as_str).collect();
-        let mut fx = Fixture::with_pod(pod, &args);
+        let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &args);
+        let mut fx = Fixture {
+            pod: pods[0].clone(),
+            node: Node::new(&sim),
+            sim,
+            ns: Netns::new(),
+            cid: uuid(),
+        };
         fx.set("vrouter-socket-dir", json!(vrouter.0))
             .set("vhost-dir", json!(vhost.0.join("pods")))
             .set("vhost-pod-dir", json!(APP_SOCKET_DIR))
@@ -68,20 +80,20 @@ impl Dpdk {
     }
 
     /// A network's config asking for vhost-user, as its NetworkAttachmentDefinition would.
-    fn conf(&self, network: &str) -> Value {
+    pub(crate) fn conf(&self, network: &str) -> Value {
         let mut c = self.fx.conf(network);
         c["contrail"] = json!({"interface-type": "vhost-user"});
         c
     }
 
-    fn add(&self, ifname: &str, network: &str) -> Value {
+    pub(crate) fn add(&self, ifname: &str, network: &str) -> Value {
         self.fx
             .call("ADD", ifname, &self.conf(network))
             .assert_ok()
             .json()
     }
 
-    fn del(&self, ifname: &str, network: &str) {
+    pub(crate) fn del(&self, ifname: &str, network: &str) {
         self.fx.call("DEL", ifname, &self.conf(network)).assert_ok();
     }
 
@@ -93,18 +105,18 @@ impl Dpdk {
     }
 
     /// The pod's directory under `vhost-dir`.
-    fn pod_dir(&self) -> PathBuf {
+    pub(crate) fn pod_dir(&self) -> PathBuf {
         self.vhost.0.join("pods").join(&self.fx.pod.uuid)
     }
 
     /// The link vrouter-dpdk connects to for VMI `k`.
-    fn link(&self, k: usize) -> PathBuf {
+    pub(crate) fn link(&self, k: usize) -> PathBuf {
         let tap = host_ifname(&self.fx.pod.vmis[k].uuid);
         self.vrouter.0.join(format!("uvh_vif_{tap}"))
     }
 
     /// The `uvh_vif_` links in the vRouter's socket directory.
-    fn links(&self) -> Vec<String> {
+    pub(crate) fn links(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&self.vrouter.0)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -136,14 +148,14 @@ impl Dpdk {
     /// Nothing of the pod anywhere: no link, no pod directory, no registration by either
     /// route, no state, nothing in the netns, no device-info file.
     #[track_caller]
-    fn assert_nothing_left(&self) {
+    pub(crate) fn assert_nothing_left(&self) {
         self.fx.assert_nothing_left();
         self.assert_node_clean();
     }
 
     /// [`Dpdk::assert_nothing_left`] of a pod whose netns is gone.
     #[track_caller]
-    fn assert_node_clean(&self) {
+    pub(crate) fn assert_node_clean(&self) {
         assert_eq!(self.fx.sim.ports(), [], "port left registered");
         assert!(!self.fx.node.pod_dir_exists(&self.fx.pod), "state left");
         assert_eq!(self.links(), [] as [String; 0], "uvh_vif_ links left");
@@ -180,7 +192,7 @@ fn is_link(path: &Path) -> bool {
     path.symlink_metadata().is_ok_and(|m| m.is_symlink())
 }
 
-fn is_socket(path: &Path) -> bool {
+pub(crate) fn is_socket(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
@@ -333,44 +345,6 @@ fn socket_paths_over_107_bytes_are_refused_before_anything_is_made() {
 }
 
 #[test]
-fn the_runtimes_device_info_file_is_written_only_in_the_nodes_directory() {
-    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
-    let file = d
-        .devinfo
-        .0
-        .join("cni")
-        .join("dpdk-net-net1-device-info.json");
-    // Multus passes the path in runtimeConfig when the pod got a device for the network.
-    let mut conf = d.conf("dpdk-net");
-    conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": file});
-    d.fx.call("ADD", "net1", &conf).assert_ok();
-    assert_eq!(
-        read_json(&file),
-        json!({"type": "vhost-user", "version": "1.1.0",
-               "vhost-user": {"mode": "server", "path": format!("{APP_SOCKET_DIR}/net1.sock")}})
-    );
-    d.fx.call("DEL", "net1", &conf).assert_ok();
-    assert!(!file.exists());
-    d.assert_nothing_left();
-
-    // A network's config names the path: anything outside the node's directory is refused
-    // before anything is made, and nothing is written there.
-    let outside = d.vhost.0.join("cron-job");
-    for path in [
-        outside.clone(),
-        d.devinfo.0.join("cni/../../cron-job"),
-        d.devinfo.0.join("cni/sub/x.json"),
-    ] {
-        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": path});
-        let out = d.fx.call("ADD", "net1", &conf);
-        assert_eq!(out.code(), 7, "{path:?}: {out:?}");
-        assert!(out.msg().contains("CNIDeviceInfoFile"), "{}", out.msg());
-        assert!(!outside.exists() && !path.exists(), "{path:?} written");
-        d.assert_nothing_left();
-    }
-}
-
-#[test]
 fn a_pod_mixes_a_vhost_user_attachment_a_veth_one_and_macvlan() {
     let vmis = vec![VmiSpec::new("dpdk-net", 1), VmiSpec::new("net-a", 2)];
     let d = Dpdk::new(vmis.clone(), true);
@@ -489,7 +463,7 @@ fn gc_and_the_sweep_leave_no_link_directory_or_port_registration() {
 }
 
 /// `install --watch` on the node's file, sweeping every second without a grace period.
-fn sweeper(d: &Dpdk) -> (TempDir, Watch) {
+pub(crate) fn sweeper(d: &Dpdk) -> (TempDir, Watch) {
     let host = TempDir::new();
     let conf = host.0.join("10-contrail.conf");
     std::fs::copy(d.fx.node.node_file(), &conf).unwrap();

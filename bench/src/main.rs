@@ -257,8 +257,7 @@ fn node_pod(i: usize, rng: &mut Rng) -> PodSpec {
     PodSpec {
         namespace: "default".into(),
         name: format!("node-{i}"),
-        uuid: uuid(),
-        vmis,
+        ..PodSpec::new(vmis)
     }
 }
 

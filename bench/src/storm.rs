@@ -16,7 +16,7 @@
 use crate::{Ctx, NODE_ATTACHMENTS, R, check_interrupt, node_in};
 
 use crate::{measure::*, phases::*, stats::*};
-use contrail_testkit::{Netns, PodSpec, Sim, VmiSpec, exchange, uuid};
+use contrail_testkit::{Netns, PodSpec, Sim, VmiSpec, exchange};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -110,8 +110,7 @@ pub(crate) fn storm_pods(n: usize, rng: &mut Rng) -> Vec<PodSpec> {
             PodSpec {
                 namespace: "default".into(),
                 name: format!("storm-{i}"),
-                uuid: uuid(),
-                vmis,
+                ..PodSpec::new(vmis)
             }
         })
         .collect()
@@ -122,8 +121,9 @@ pub(crate) fn quiet_pod() -> PodSpec {
     PodSpec {
         namespace: "default".into(),
         name: "quiet".into(),
-        uuid: uuid(),
-        vmis: vec![VmiSpec::new("default", 1).with("ip-delay-ms", json!(QUIET_IP_DELAY_MS))],
+        ..PodSpec::new(vec![
+            VmiSpec::new("default", 1).with("ip-delay-ms", json!(QUIET_IP_DELAY_MS)),
+        ])
     }
 }
 

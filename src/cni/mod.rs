@@ -46,6 +46,9 @@ pub enum EnvProblem {
     NoPodName,
     /// ADD of a vhost-user attachment without `K8S_POD_UID` (it names the pod's directory).
     NoPodUid,
+    /// ADD of a vhost-user attachment whose `K8S_POD_UID` is not the uuid of the pod's VM
+    /// (kube-manager makes it the pod's UID).
+    UidNotThePods { uid: String, vm_uuid: String },
 }
 
 impl BadEnv {
@@ -93,6 +96,15 @@ impl fmt::Display for EnvProblem {
             EnvProblem::NoPodUid => f.write_str(
                 "K8S_POD_UID is missing; a vhost-user attachment needs the pod's UID (it names \
                  the pod's socket directory)",
+            ),
+            EnvProblem::UidNotThePods { uid, vm_uuid } => write!(
+                f,
+                "K8S_POD_UID {uid} is not this pod's: its VMIs are of VM {vm_uuid}, which \
+                 kube-manager makes with the pod's UID. A vhost-user attachment's directory is \
+                 named by the UID, so it must be the pod's own: either the runtime or \
+                 meta-plugin passed another pod's (fix it), or the agent still has the VMIs of \
+                 an earlier pod of this name (kube-manager replaces them; a retry finds the new \
+                 ones)"
             ),
         }
     }

@@ -33,7 +33,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodName))?;
     warn_about_requests(call.conf, call.env);
     // A vhost-user attachment is refused before anything (code 7) where it cannot work.
-    let vhost = vhost_ready(call.conf, call.env, call.interface)?;
+    let vhost = vhost_ready(call.conf, call.env, call.container_id, call.interface)?;
     let netns = open_netns(&call.env.netns)?;
     let contrail = &call.conf.contrail;
     let dir = &contrail.config_dir;
@@ -94,9 +94,14 @@ struct Vhost {
 /// Whether the network's attachment can be a vhost-user one here, before anything is made: the
 /// node's vRouter is DPDK (`vrouter-mode`, or `dpdk_netlink` in its socket directory), it has
 /// its own vRouter (`vif-type` `veth`), the runtime sent the pod's UID, and every socket path
-/// fits in 107 bytes; a device-info file it asks for is in the node's directory for them.
+/// fits in 107 bytes; a device-info file it asks for is the attachment's own (Multus's name).
 /// `None` for a veth attachment.
-fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<Vhost>> {
+fn vhost_ready(
+    conf: &NetConf,
+    env: &Env,
+    container_id: &ContainerId,
+    ifname: &IfName,
+) -> Result<Option<Vhost>> {
     let c = &conf.contrail;
     if c.interface_type != InterfaceType::VhostUser {
         return Ok(None);
@@ -134,8 +139,28 @@ fn vhost_ready(conf: &NetConf, env: &Env, ifname: &IfName) -> Result<Option<Vhos
         .runtime_config
         .as_ref()
         .and_then(|r| r.get("CNIDeviceInfoFile"));
-    let device_info = dirs.device_info_file(asked)?;
+    let device_info = dirs.device_info_file(asked, &conf.network, container_id, ifname)?;
     Ok(Some(Vhost { uid, device_info }))
+}
+
+/// A vhost-user attachment's directory is named by the pod's UID, which must be the pod's own:
+/// kube-manager makes the pod's VM with it, so the VMIs say which it is. Another pod's (a
+/// runtime's or meta-plugin's bug) would reach that pod's directory.
+fn uid_is_the_pods(uid: &PodUid, wanted: &[Wanted]) -> Result<()> {
+    match wanted
+        .iter()
+        .find(|w| !w.vmi.vm_uuid.eq_ignore_ascii_case(uid))
+    {
+        Some(w) => Err(BadEnv::new(
+            "CNI_ARGS",
+            EnvProblem::UidNotThePods {
+                uid: uid.to_string(),
+                vm_uuid: w.vmi.vm_uuid.to_string(),
+            },
+        )
+        .into()),
+        None => Ok(()),
+    }
 }
 
 /// The claims an ADD recorded.
@@ -190,6 +215,9 @@ impl Add<'_> {
             );
         }
         let wanted = self.choose(vmis, files)?;
+        if let Some(v) = &self.vhost {
+            uid_is_the_pods(&v.uid, &wanted)?;
+        }
         let cid = self.container_id;
         let prior: Vec<Option<Record>> = wanted
             .iter()
@@ -367,7 +395,8 @@ impl Add<'_> {
                 // Nothing in the pod's netns: the application configures its port itself.
                 let paths = self.links.vhost_paths(r, true)?;
                 let outcome = spec.vhost_outcome(&paths.pod_socket.to_string_lossy());
-                vhost::write_info(&paths, &vhost::info(&outcome, &r.vmi_uuid))?;
+                let info = vhost::info(&outcome, &r.vmi_uuid);
+                vhost::write_info(self.links.vhost_dirs(), &paths, &info)?;
                 outcomes.push(outcome);
                 continue;
             }

@@ -262,7 +262,8 @@ keys! {
         field!(vrouter_mode, |v, k| parse_vrouter_mode(&v.text()).map_err(|why| k.err(why))?);
     "device-info-dir", Node, Kind::Path { optional: false }, "/var/run/k8s.cni.cncf.io/devinfo/cni",
         "the only directory a vhost-user attachment's device-info file (runtimeConfig \
-         CNIDeviceInfoFile, Multus's) is written in; any other path is refused",
+         CNIDeviceInfoFile, Multus's) is written in, under the name Multus gives it \
+         (<network>-<CNI_CONTAINERID>_<CNI_IFNAME>); any other path is refused",
         field!(device_info_dir, |v, _| v.path().expect("device-info-dir is not optional"));
     "interface-type", Network, Kind::Choice(&["veth", "vhost-user"]), "veth",
         "veth: a kernel interface in the pod; vhost-user: a socket for a DPDK application \

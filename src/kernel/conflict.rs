@@ -33,6 +33,9 @@ pub enum Conflict {
     ParentMissing { name: String },
     /// Nested mode: the parent interface is down.
     ParentDown { name: String },
+    /// vhost-user: something that is not what this plugin makes (what it `is`) at a path it
+    /// writes in the pod's directory, or in place of that directory.
+    InTheWay { path: String, is: &'static str },
 }
 
 impl fmt::Display for Conflict {
@@ -87,6 +90,11 @@ impl fmt::Display for Conflict {
                 f,
                 "parent interface {name} of nested mode is down: the pods' VLANs would carry \
                  nothing"
+            ),
+            Conflict::InTheWay { path, is } => write!(
+                f,
+                "{path} is {is}, where this plugin writes its own: not replacing it. Whoever \
+                 put it there (the pod, its directory being the pod's) must remove it"
             ),
         }
     }

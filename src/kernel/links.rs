@@ -187,8 +187,17 @@ impl Links {
         } else {
             self.vhost.paths(uid, &record.host_ifname, &record.ifname)
         };
-        paths.device_info = record.device_info.clone();
+        // Only the attachment's own: a record of an earlier version may name another file.
+        let ours =
+            self.vhost
+                .device_info_path(&record.network, &record.container_id, &record.ifname);
+        paths.device_info = record.device_info.clone().filter(|d| *d == ours);
         Ok(paths)
+    }
+
+    /// The node's directories of vhost-user attachments.
+    pub(crate) fn vhost_dirs(&self) -> &vhost::Dirs {
+        &self.vhost
     }
 
     /// A veth: the host end by its derived name (up), the other end directly in the pod.
@@ -371,7 +380,7 @@ impl Links {
             .collect();
         for r in vhost {
             let removed = match self.vhost_paths(r, false) {
-                Ok(paths) => vhost::remove(&self.vhost, &paths),
+                Ok(paths) => vhost::remove(&self.vhost, &paths, r.owns_its_vhost_dir()),
                 // No pod UID (a file edited by hand): the link, by its fixed name, at least.
                 Err(_) => {
                     vhost::remove_link(&self.vhost, &vhost::link_path(&self.vhost, &r.host_ifname))

@@ -5,15 +5,29 @@
 //! (as the vhost-user client; `connect()` follows symlinks). The application makes its socket;
 //! the attachment's removal takes it (an application that exits, or is killed, leaves it
 //! behind, and without the port it leads nowhere).
+//!
+//! The pod's directory is the pod's: it may put anything at any name there. Everything in it is
+//! reached through the directory's descriptor, opened without following a link, and only what
+//! is of the kind this plugin makes is removed (a regular file at the JSON file's name, a socket
+//! at the socket's); anything else is left, and said so, and never stops a release. Every name
+//! the plugin writes or removes is derived from the attachment: the pod's UID (checked to be no
+//! other pod's), the interface, and for the device-info file the network and the sandbox.
 
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, symlink};
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::{SFlag, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::config::Contrail;
 use crate::error::{Error, Result};
 use crate::kernel::conflict::Conflict;
+use crate::state::files;
 
 /// A unix socket's path is at most 108 bytes with its NUL (`sun_path`); vrouter-dpdk and DPDK
 /// 22.11's virtio-user silently cut it at 107. Every path is checked, never cut.
@@ -132,9 +146,17 @@ impl Dirs {
 
     /// The device-info file a runtime asks for (`runtimeConfig.CNIDeviceInfoFile`, which Multus
     /// sets when the pod got a device for the network), if any. The path arrives with the
-    /// network's config, which a tenant may write: it is taken only as a plain file name right
-    /// in `device-info-dir`, and refused (code 7) otherwise, before anything is made.
-    pub fn device_info_file(&self, asked: Option<&serde_json::Value>) -> Result<Option<PathBuf>> {
+    /// network's config, which a tenant may write: it is taken only when it is this call's, the
+    /// name Multus gives it ([`device_info_name`]) in `device-info-dir`, and refused (code 7)
+    /// otherwise, before anything is made: a NAD naming another attachment's file could
+    /// overwrite it, and its DEL delete it.
+    pub fn device_info_file(
+        &self,
+        asked: Option<&serde_json::Value>,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Result<Option<PathBuf>> {
         let Some(asked) = asked else {
             return Ok(None);
         };
@@ -143,24 +165,36 @@ impl Dirs {
             .as_str()
             .map(Path::new)
             .ok_or_else(|| Error::config(KEY, "must be a path"))?;
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let plain = !name.is_empty()
-            && !name.starts_with('.')
-            && name.len() <= 255
-            && !name.chars().any(char::is_control);
-        if !plain || path.parent() != Some(self.device_info.as_path()) {
+        let ours = self.device_info_path(network, container_id, ifname);
+        if path != ours {
             return Err(Error::config(
                 KEY,
                 format!(
-                    "{} is not a file in {} (device-info-dir, the node's): a device-info file \
-                     is written nowhere else",
+                    "{} is not this attachment's device-info file, {}: a device-info file is \
+                     written only under the name Multus gives the attachment's \
+                     (<network>-<CNI_CONTAINERID>_<CNI_IFNAME>) in device-info-dir, the node's",
                     crate::text::Shown(&path.display().to_string()),
-                    self.device_info.display()
+                    ours.display()
                 ),
             ));
         }
-        Ok(Some(path.to_path_buf()))
+        Ok(Some(ours))
     }
+
+    /// The device-info file of the attachment `ifname` of sandbox `container_id` on `network`.
+    pub fn device_info_path(&self, network: &str, container_id: &str, ifname: &str) -> PathBuf {
+        self.device_info
+            .join(device_info_name(network, container_id, ifname))
+    }
+}
+
+/// The name Multus gives a delegate's device-info file (multus-cni `pkg/types/conf.go`
+/// `delegateRuntimeConfig`, network-attachment-definition-client `GetCNIDeviceInfoPath`):
+/// `<network>-<CNI_CONTAINERID>_<CNI_IFNAME>`, every `/` made `-`. Derived from the call only:
+/// the network's name, the sandbox and the interface, each checked to hold no `/` or `..`
+/// anyway.
+pub fn device_info_name(network: &str, container_id: &str, ifname: &str) -> String {
+    format!("{network}-{container_id}_{ifname}").replace('/', "-")
 }
 
 /// The NPWG device-info (spec 1.1.0) of a vhost-user attachment: the application is the server,
@@ -175,23 +209,27 @@ pub fn device_info(p: &Paths) -> serde_json::Value {
 
 /// Makes the pod's directory (and the root) and the symlink vrouter-dpdk connects to. A symlink
 /// already there that points into `root` is a leftover of this plugin's (the name is fixed by
-/// the VMI) and is replaced; anything else is refused. A failure leaves no symlink of ours.
+/// the VMI) and is replaced; anything else is refused, as is a pod's directory that is not one.
+/// A failure leaves no symlink of ours.
 pub fn create(dirs: &Dirs, p: &Paths) -> Result<()> {
-    let mut b = fs::DirBuilder::new();
-    b.recursive(true).mode(0o755);
-    b.create(&dirs.root)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&dirs.root)
         .map_err(Error::io("making the vhost-user directory", &dirs.root))?;
-    match fs::DirBuilder::new().mode(0o755).create(&p.pod_dir) {
+    let root = files::open_dir(&dirs.root)
+        .map_err(Error::io("opening the vhost-user directory", &dirs.root))?;
+    match mkdirat(&root, pod_uid(p), files::mode(0o755)) {
         // The kubelet may have made it for the pod's subPathExpr mount: a directory will do.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let m = fs::symlink_metadata(&p.pod_dir)
-                .map_err(Error::io("reading the vhost-user directory", &p.pod_dir))?;
-            if !m.is_dir() {
-                return Err(not_ours(&p.pod_dir));
-            }
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => {
+            return Err(Error::io("making the vhost-user directory", &p.pod_dir)(
+                files::io(e),
+            ));
         }
-        other => other.map_err(Error::io("making the vhost-user directory", &p.pod_dir))?,
     }
+    // What the pod put where the JSON file goes refuses the attachment before it is registered.
+    writable(&pod_dir_to_fill(&root, p)?, &p.info)?;
     crate::crash::point("vhost-dir");
     match symlink(&p.socket, &p.link) {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -207,31 +245,158 @@ pub fn create(dirs: &Dirs, p: &Paths) -> Result<()> {
     .map_err(Error::io("making the vhost-user link", &p.link))
 }
 
-/// Removes the symlink (only one pointing into `root`), the JSON file, the device-info file
-/// (only one in `device-info-dir`), the application's socket, and the pod's directory when
-/// nothing else is in it: another attachment's files, or anything that is not a socket where
-/// the socket should be, keep it. What is already gone counts as removed.
-pub fn remove(dirs: &Dirs, p: &Paths) -> Result<()> {
+/// Removes what is the attachment's: the symlink (only one pointing into `root`), the
+/// device-info file (only this attachment's, a regular file), and in the pod's directory the
+/// JSON file (a regular file) and the application's socket (a socket); then the directory when
+/// nothing else is in it. What is already gone counts as removed; anything else at those names,
+/// a pod's directory that is not one, and one that is not the attachment's pod's (`owner`
+/// false, see [`Record::owns_its_vhost_dir`](crate::state::Record::owns_its_vhost_dir)) are
+/// left alone, logged, and stop nothing. An error is the node's (the link's directory, the
+/// vhost-user root).
+pub fn remove(dirs: &Dirs, p: &Paths, owner: bool) -> Result<()> {
     remove_link(dirs, &p.link)?;
-    let device_info = p
-        .device_info
-        .as_ref()
-        .filter(|d| d.parent() == Some(dirs.device_info.as_path()));
-    for file in [Some(&p.info), device_info].into_iter().flatten() {
-        gone_ok(fs::remove_file(file)).map_err(Error::io("removing", file))?;
+    let mut left = Vec::new();
+    if let Some(d) = &p.device_info {
+        match (d.parent(), d.file_name().and_then(|n| n.to_str())) {
+            (Some(dir), Some(name)) if dir == dirs.device_info => match files::open_dir(dir) {
+                Ok(fd) => remove_at(&fd, dir, name, SFlag::S_IFREG, &mut left),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => left.push(format!("{}: {e}", d.display())),
+            },
+            _ => left.push(format!(
+                "{}: not this attachment's device-info file",
+                d.display()
+            )),
+        }
     }
-    // Without its port the socket leads nowhere. No liveness probe: a DPDK 22.11 virtio-user
-    // server accepts one connection only, and a probe's would leave it deaf.
-    if is_socket(&p.socket) {
-        gone_ok(fs::remove_file(&p.socket)).map_err(Error::io("removing", &p.socket))?;
+    if owner {
+        remove_in_pod_dir(dirs, p, &mut left)?;
+    } else {
+        left.push(format!(
+            "{}: another pod's directory (the attachment was made with that pod's UID)",
+            p.pod_dir.display()
+        ));
     }
-    match fs::remove_dir(&p.pod_dir) {
-        Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENOTEMPTY as i32) => {
+    for why in &left {
+        log::warn!("left alone, not this plugin's to remove: {why}");
+    }
+    Ok(())
+}
+
+/// [`remove`] in the pod's directory, then the directory when empty.
+fn remove_in_pod_dir(dirs: &Dirs, p: &Paths, left: &mut Vec<String>) -> Result<()> {
+    let root = match files::open_dir(&dirs.root) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("opening the vhost-user directory", &dirs.root)(e)),
+    };
+    match open_pod_dir(&root, p) {
+        Ok(Some(dir)) => {
+            // Without its port the socket leads nowhere. No liveness probe: a DPDK 22.11
+            // virtio-user server accepts one connection only, and a probe's would leave it deaf.
+            for (path, kind) in [
+                (&p.info, SFlag::S_IFREG),
+                (&tmp_of(&p.info), SFlag::S_IFREG),
+                (&p.socket, SFlag::S_IFSOCK),
+            ] {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                remove_at(&dir, &p.pod_dir, name, kind, left);
+            }
+        }
+        Ok(None) => {
+            left.push(format!("{}: not a directory", p.pod_dir.display()));
+            return Ok(());
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            left.push(format!("{}: {e}", p.pod_dir.display()));
+            return Ok(());
+        }
+    }
+    match unlinkat(&root, pod_uid(p), UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
             log::debug!("{} is not empty: kept", p.pod_dir.display());
+        }
+        Err(e) => left.push(format!("{}: {e}", p.pod_dir.display())),
+    }
+    Ok(())
+}
+
+/// Removes `name` in `dir` (shown as `shown`) when it is of `kind`; anything else there is left,
+/// and said in `left`.
+fn remove_at(dir: &OwnedFd, shown: &Path, name: &str, kind: SFlag, left: &mut Vec<String>) {
+    let path = shown.join(name);
+    let removed = match files::stat_at(dir, name) {
+        Ok(None) => Ok(()),
+        Ok(Some(st)) if files::is_kind(&st, kind) => files::unlink(dir, name),
+        Ok(Some(st)) => {
+            left.push(format!("{} is {}", path.display(), files::kind_of(&st)));
             Ok(())
         }
-        other => gone_ok(other).map_err(Error::io("removing", &p.pod_dir)),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = removed {
+        left.push(format!("{}: {e}", path.display()));
     }
+}
+
+/// Refuses to write `path` (and its temporary file) in `dir` when what is at either name is not
+/// a regular file: the pod's, or anyone's but this plugin's (a rename would replace it; a
+/// directory fails the rename).
+fn writable(dir: &OwnedFd, path: &Path) -> Result<()> {
+    for path in [path.to_path_buf(), tmp_of(path)] {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        match files::stat_at(dir, name).map_err(Error::io("reading", &path))? {
+            Some(st) if !files::is_kind(&st, SFlag::S_IFREG) => {
+                return Err(Error::Interface(Conflict::InTheWay {
+                    path: path.display().to_string(),
+                    is: files::kind_of(&st),
+                }));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The pod's directory, opened without following a link; `None` when it is no directory (a
+/// symlink or a file where it should be).
+fn open_pod_dir(root: &OwnedFd, p: &Paths) -> io::Result<Option<OwnedFd>> {
+    let how = files::flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY);
+    match openat(root, pod_uid(p), how, files::mode(0)) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => Ok(None),
+        Err(e) => Err(files::io(e)),
+    }
+}
+
+/// [`open_pod_dir`] for a call that makes something in it: a pod's directory that is not one
+/// is refused.
+fn pod_dir_to_fill(root: &OwnedFd, p: &Paths) -> Result<OwnedFd> {
+    if let Some(dir) = open_pod_dir(root, p).map_err(Error::io("opening", &p.pod_dir))? {
+        return Ok(dir);
+    }
+    let is = files::stat_at(root, pod_uid(p))
+        .ok()
+        .flatten()
+        .map_or("gone", |st| files::kind_of(&st));
+    Err(Error::Interface(Conflict::InTheWay {
+        path: p.pod_dir.display().to_string(),
+        is,
+    }))
+}
+
+/// The pod directory's name in `vhost-dir`: the pod's UID.
+fn pod_uid(p: &Paths) -> &str {
+    p.pod_dir.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// The temporary file `path` is written as before it is renamed into place.
+fn tmp_of(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
 }
 
 /// The JSON file next to the socket, for applications that read no Kubernetes API: where the
@@ -253,39 +418,46 @@ pub fn info(outcome: &crate::cni::Outcome, vmi: &str) -> serde_json::Value {
 }
 
 /// Writes [`info`] next to the socket, and the [`device_info`] file when the runtime asked for
-/// one.
-pub fn write_info(p: &Paths, info: &serde_json::Value) -> Result<()> {
-    write_json(&p.info, info)?;
+/// one; each in its directory by its descriptor, never through a link.
+pub fn write_info(dirs: &Dirs, p: &Paths, info: &serde_json::Value) -> Result<()> {
+    let root = files::open_dir(&dirs.root)
+        .map_err(Error::io("opening the vhost-user directory", &dirs.root))?;
+    let dir = pod_dir_to_fill(&root, p)?;
+    write_json(&dir, &p.info, info)?;
     match &p.device_info {
         Some(path) => {
-            let dir = path.parent().unwrap_or(Path::new("/"));
+            let parent = path.parent().unwrap_or(Path::new("/"));
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o755)
-                .create(dir)
-                .map_err(Error::io("making the device-info directory", dir))?;
-            write_json(path, &device_info(p))
+                .create(parent)
+                .map_err(Error::io("making the device-info directory", parent))?;
+            let dir = files::open_dir(parent)
+                .map_err(Error::io("opening the device-info directory", parent))?;
+            write_json(&dir, path, &device_info(p))
         }
         None => Ok(()),
     }
 }
 
-/// Whole or not at all: a new temporary file renamed over `path` (which replaces a symlink
-/// there rather than follow it).
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+/// Whole or not at all: a new temporary file in `dir` renamed over `path`'s name there. Either
+/// name holding anything but a regular file is refused, and left.
+fn write_json(dir: &OwnedFd, path: &Path, value: &serde_json::Value) -> Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let tmp_path = tmp_of(path);
+    let tmp = tmp_path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    writable(dir, path)?;
+    files::unlink(dir, tmp).map_err(Error::io("removing", &tmp_path))?;
     let bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
-    let _ = fs::remove_file(&tmp);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|mut f| io::Write::write_all(&mut f, &bytes))
-        .and_then(|()| fs::rename(&tmp, path))
+    let how = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+    let made = openat(dir, tmp, files::flags(how), files::mode(0o644))
+        .map_err(files::io)
+        .map_err(Error::io("writing", &tmp_path))?;
+    io::Write::write_all(&mut fs::File::from(made), &bytes)
+        .and_then(|()| renameat(dir, tmp, dir, name).map_err(files::io))
         .map_err(|e| {
-            let _ = fs::remove_file(&tmp);
+            // Ours: made by the open above, O_EXCL.
+            let _ = files::unlink(dir, tmp);
             Error::io("writing", path)(e)
         })
 }
@@ -303,12 +475,6 @@ fn nosymfollow(dir: &Path) -> io::Result<bool> {
     // SAFETY: filled above.
     let st = unsafe { st.assume_init() };
     Ok(st.f_flag & ST_NOSYMFOLLOW != 0)
-}
-
-/// Whether `path` is a unix socket (not a link, a file or a directory of that name).
-fn is_socket(path: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
 }
 
 /// Whether the link vrouter-dpdk connects to is there and leads to the pod's socket (CHECK; the
@@ -333,6 +499,42 @@ pub fn link_path(dirs: &Dirs, system_name: &str) -> PathBuf {
 /// The name vrouter-dpdk gives the socket of the port `system_name`.
 pub fn link_name(system_name: &str) -> String {
     format!("{UVH_PREFIX}{system_name}")
+}
+
+/// What is in `vhost-dir` by name, for `inspect`: each pod's directory and what it holds
+/// ("holding net1.json (a regular file), ..."), or what is there in place of one; sorted, read
+/// without following a link.
+pub fn pod_dirs(dirs: &Dirs) -> Vec<(String, String)> {
+    let Ok(root) = files::open_dir(&dirs.root) else {
+        return Vec::new();
+    };
+    let kind_at = |dir: &OwnedFd, name: &str| match files::stat_at(dir, name) {
+        Ok(Some(st)) => files::kind_of(&st),
+        _ => "gone",
+    };
+    let mut found = Vec::new();
+    for (name, _) in files::entries(&root).unwrap_or_default() {
+        let how = files::flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY);
+        let Ok(dir) = openat(&root, name.as_str(), how, files::mode(0)) else {
+            let is = kind_at(&root, &name);
+            found.push((name, format!("{is} in place of a directory")));
+            continue;
+        };
+        let mut held: Vec<String> = files::entries(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(entry, _)| format!("{entry} ({})", kind_at(&dir, &entry)))
+            .collect();
+        held.sort();
+        let held = if held.is_empty() {
+            "holding nothing".into()
+        } else {
+            format!("holding {}", held.join(", "))
+        };
+        found.push((name, held));
+    }
+    found.sort();
+    found
 }
 
 /// This plugin's links in vrouter-dpdk's socket directory (symlinks `uvh_vif_*` into
@@ -476,15 +678,15 @@ mod tests {
         // Something that is not the application's socket keeps the directory.
         fs::write(&p.socket, b"").unwrap();
         fs::write(&p.info, b"{}").unwrap();
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(fs::symlink_metadata(&p.link).is_err());
         assert!(!p.info.exists());
         assert!(p.socket.exists());
         fs::remove_file(&p.socket).unwrap();
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(!p.pod_dir.exists());
         // Removing what is gone is done.
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         fs::remove_dir_all(&base).unwrap();
     }
 
@@ -516,10 +718,10 @@ mod tests {
         let d = dirs(&base);
         let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
         create(&d, &p).unwrap();
-        write_info(&p, &i).unwrap();
+        write_info(&d, &p, &i).unwrap();
         let back: serde_json::Value = serde_json::from_slice(&fs::read(&p.info).unwrap()).unwrap();
         assert_eq!(back, i);
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(!p.pod_dir.exists());
         fs::remove_dir_all(&base).unwrap();
     }
@@ -531,7 +733,7 @@ mod tests {
         let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
         symlink("/elsewhere/sock", &p.link).unwrap();
         assert!(create(&d, &p).is_err());
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert_eq!(
             fs::read_link(&p.link).unwrap(),
             Path::new("/elsewhere/sock")
@@ -540,25 +742,34 @@ mod tests {
     }
 
     #[test]
-    fn a_device_info_file_is_taken_only_right_in_the_nodes_directory() {
+    fn a_device_info_file_is_taken_only_under_the_name_multus_gives_this_attachment() {
         let d = dirs(Path::new("/n"));
-        let ok = serde_json::json!("/n/devinfo/cni-net1-0.json");
+        let cid = "3f2a9c1e7d40";
+        let ok = serde_json::json!(format!("/n/devinfo/dpdk-net-{cid}_net1"));
         assert_eq!(
-            d.device_info_file(Some(&ok)).unwrap(),
-            Some(PathBuf::from("/n/devinfo/cni-net1-0.json"))
+            d.device_info_file(Some(&ok), "dpdk-net", cid, "net1")
+                .unwrap(),
+            Some(PathBuf::from(format!("/n/devinfo/dpdk-net-{cid}_net1")))
         );
-        assert_eq!(d.device_info_file(None).unwrap(), None);
+        assert_eq!(
+            d.device_info_file(None, "dpdk-net", cid, "net1").unwrap(),
+            None
+        );
         for bad in [
+            // Another attachment's: another sandbox, interface or network.
+            serde_json::json!("/n/devinfo/dpdk-net-0123456789ab_net1"),
+            serde_json::json!(format!("/n/devinfo/dpdk-net-{cid}_net2")),
+            serde_json::json!(format!("/n/devinfo/other-{cid}_net1")),
             serde_json::json!("/etc/cron.d/x"),
-            serde_json::json!("/n/devinfo/../../etc/x"),
+            serde_json::json!(format!("/n/devinfo/../devinfo/dpdk-net-{cid}_net1")),
             serde_json::json!("/n/devinfo/sub/x"),
             serde_json::json!("devinfo/x"),
-            serde_json::json!("/n/devinfo/.hidden"),
             serde_json::json!("/n/devinfo/"),
-            serde_json::json!("/n/devinfo/a\nb"),
             serde_json::json!(7),
         ] {
-            let e = d.device_info_file(Some(&bad)).unwrap_err();
+            let e = d
+                .device_info_file(Some(&bad), "dpdk-net", cid, "net1")
+                .unwrap_err();
             assert_eq!(e.code(), 7, "{bad}: {e}");
             assert!(e.to_string().contains("CNIDeviceInfoFile"), "{e}");
         }
@@ -569,9 +780,9 @@ mod tests {
         let base = tempdir("devinfo");
         let d = dirs(&base);
         let mut p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
-        p.device_info = Some(d.device_info.join("net1.json"));
+        p.device_info = Some(d.device_info_path("dpdk-net", "3f2a9c1e7d40", "net1"));
         create(&d, &p).unwrap();
-        write_info(&p, &serde_json::json!({})).unwrap();
+        write_info(&d, &p, &serde_json::json!({})).unwrap();
         let back: serde_json::Value =
             serde_json::from_slice(&fs::read(p.device_info.as_ref().unwrap()).unwrap()).unwrap();
         assert_eq!(
@@ -579,7 +790,7 @@ mod tests {
             serde_json::json!({"type": "vhost-user", "version": "1.1.0",
                 "vhost-user": {"mode": "server", "path": "/var/run/vhost/net1.sock"}})
         );
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(!p.device_info.as_ref().unwrap().exists());
         assert!(!p.pod_dir.exists());
         fs::remove_dir_all(&base).unwrap();
@@ -594,14 +805,65 @@ mod tests {
         create(&d, &p).unwrap();
         // Still listening or not, the socket goes: without the port it leads nowhere.
         let _live = UnixListener::bind(&p.socket).unwrap();
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(!p.socket.exists());
         assert!(!p.pod_dir.exists());
         // Not a socket: not the application's socket, left with its directory.
         create(&d, &p).unwrap();
         fs::write(&p.socket, b"").unwrap();
-        remove(&d, &p).unwrap();
+        remove(&d, &p, true).unwrap();
         assert!(p.socket.exists());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_release_removes_only_what_is_of_its_kind_follows_nothing_and_never_fails() {
+        let base = tempdir("plants");
+        let d = dirs(&base);
+        let p = d.checked_paths(UID, "tap0123456789a", "net1").unwrap();
+        let victim = base.join("victim");
+        fs::write(&victim, b"not the pod's").unwrap();
+        // At each name, each kind a pod can put there: a full directory, a link, a FIFO.
+        let tmp = tmp_of(&p.info);
+        for (at, kind) in [&p.info, &tmp, &p.socket]
+            .into_iter()
+            .flat_map(|at| ["dir", "link", "fifo"].map(|k| (at, k)))
+        {
+            create(&d, &p).unwrap();
+            match kind {
+                "dir" => fs::create_dir_all(at.join("sub")).unwrap(),
+                "link" => symlink(&victim, at).unwrap(),
+                _ => nix::unistd::mkfifo(at, files::mode(0o600)).unwrap(),
+            }
+            remove(&d, &p, true).unwrap();
+            assert!(fs::symlink_metadata(&p.link).is_err(), "{at:?}: link left");
+            assert!(fs::symlink_metadata(at).is_ok(), "{at:?}: removed");
+            assert_eq!(fs::read(&victim).unwrap(), b"not the pod's");
+            // A repeated release is done as well.
+            remove(&d, &p, true).unwrap();
+            fs::remove_dir_all(&p.pod_dir).unwrap();
+        }
+        // The pod's directory itself replaced by a symlink, or a file: left, not followed.
+        let elsewhere = base.join("elsewhere");
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::write(elsewhere.join("net1.json"), b"{}").unwrap();
+        create(&d, &p).unwrap();
+        fs::remove_dir(&p.pod_dir).unwrap();
+        symlink(&elsewhere, &p.pod_dir).unwrap();
+        remove(&d, &p, true).unwrap();
+        assert!(elsewhere.join("net1.json").exists());
+        assert!(fs::symlink_metadata(&p.pod_dir).unwrap().is_symlink());
+        fs::remove_file(&p.pod_dir).unwrap();
+        fs::write(&p.pod_dir, b"").unwrap();
+        remove(&d, &p, true).unwrap();
+        assert!(p.pod_dir.is_file());
+        fs::remove_file(&p.pod_dir).unwrap();
+        // Another pod's directory: the link goes, nothing in it.
+        create(&d, &p).unwrap();
+        fs::write(&p.info, b"{}").unwrap();
+        remove(&d, &p, false).unwrap();
+        assert!(fs::symlink_metadata(&p.link).is_err());
+        assert!(p.info.exists());
         fs::remove_dir_all(&base).unwrap();
     }
 }

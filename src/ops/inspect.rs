@@ -104,6 +104,12 @@ pub(crate) enum Finding {
         at: String,
         why: String,
     },
+    /// A pod's directory in `vhost-dir` no attachment owns (what it holds, or what is there
+    /// instead of a directory): what a release left there, not this plugin's to remove.
+    VhostDirLeft(String),
+    /// A pod's directory in `vhost-dir` that the attachments of other pods name too (they were
+    /// made with its UID): those pods, by VM name.
+    VhostDirNamedByOthers(String),
 }
 
 impl Finding {
@@ -133,6 +139,10 @@ impl Finding {
             Finding::VhostLinkMissing => "vhost-user link missing".into(),
             Finding::OrphanVhostLink(_) => "orphan vhost-user link".into(),
             Finding::NoVmi { at, why } => format!("ADD refused at {at}, no VMI: {why}"),
+            Finding::VhostDirLeft(what) => format!("vhost-user directory left, {what}"),
+            Finding::VhostDirNamedByOthers(pods) => {
+                format!("vhost-user directory named by other pods' attachments: {pods}")
+            }
         }
     }
 
@@ -173,6 +183,14 @@ impl Finding {
             Finding::StaleLock => "GC removes it".into(),
             Finding::OrphanHostLink(name) => format!("if no pod uses it: ip link del {name}"),
             Finding::OrphanVhostLink(path) => format!("if no pod uses it: rm {path}"),
+            Finding::VhostDirLeft(_) => "what a release left there is not this plugin's: \
+                                          look at it, and remove the directory once its pod \
+                                          is gone"
+                .into(),
+            Finding::VhostDirNamedByOthers(_) => "a runtime gave these pods this pod's \
+                                                  K8S_POD_UID: delete them (their releases \
+                                                  leave the directory alone) and fix the runtime"
+                .into(),
             Finding::NoVmi { .. } => format!(
                 "fix the pod's networks annotation or its NAD, then recreate the pod: {}",
                 crate::error::NO_VMI_DOCS
@@ -433,6 +451,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
         });
     }
     rows.extend(refused(conf));
+    rows.extend(vhost_dirs(&links, &records));
     let vhost_orphans = links.vhost_links().into_iter().filter(|(name, _)| {
         !records
             .iter()
@@ -445,6 +464,34 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
+}
+
+/// The pods' directories in `vhost-dir` that no attachment owns (see
+/// [`Record::owns_its_vhost_dir`]), or that other pods' attachments name.
+fn vhost_dirs(links: &Links, records: &[Record]) -> Vec<Row> {
+    vhost::pod_dirs(links.vhost_dirs())
+        .into_iter()
+        .filter_map(|(uid, held)| {
+            let naming = records
+                .iter()
+                .filter(|r| r.pod_uid.as_ref().is_some_and(|u| u.as_str() == uid));
+            let (owners, others): (Vec<&Record>, Vec<&Record>) =
+                naming.partition(|r| r.owns_its_vhost_dir());
+            let mut others: Vec<&str> = others.iter().map(|r| r.vm_name.as_str()).collect();
+            others.sort();
+            others.dedup();
+            let finding = match (owners.is_empty(), others.is_empty()) {
+                (true, true) => Finding::VhostDirLeft(held),
+                (_, false) => Finding::VhostDirNamedByOthers(others.join(", ")),
+                (false, true) => return None,
+            };
+            let path = links.vhost_dirs().root.join(&uid);
+            Some(Row {
+                host: path.display().to_string(),
+                ..debris("-", &finding)
+            })
+        })
+        .collect()
 }
 
 /// How far back `inspect` reads the log for refused attachments.

@@ -76,9 +76,11 @@ fn refused(what: &str) -> io::Error {
     )
 }
 
-/// What a non-regular file is, for messages.
-fn kind_of(st: &FileStat) -> &'static str {
+/// What a file is, for messages.
+pub(crate) fn kind_of(st: &FileStat) -> &'static str {
     match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFLNK => "a symbolic link",
         SFlag::S_IFIFO => "a FIFO",
         SFlag::S_IFCHR => "a character device",
         SFlag::S_IFBLK => "a block device",

@@ -90,7 +90,7 @@ pub struct Record {
     #[serde(rename = "pod-uid", default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<PodUid>,
     /// A vhost-user attachment's device-info file (the runtime's `CNIDeviceInfoFile`, checked
-    /// to be in `device-info-dir`), which its removal takes with it.
+    /// to be the attachment's own name in `device-info-dir`), which its removal takes with it.
     #[serde(
         rename = "device-info",
         default,
@@ -183,6 +183,16 @@ impl Record {
 
     /// A file in the agent's format without this plugin's marker: the OpenSDN Go plugin wrote
     /// it (its `addVmFile`, before its `POST /vm`), on a node this plugin was rolled out onto.
+    /// Whether the vhost-user directory its `pod-uid` names is its pod's: kube-manager makes a
+    /// pod's VM with the pod's UID, so a record whose `pod-uid` is not its `vm-uuid` was made
+    /// with another pod's UID (a runtime's bug, which ADD now refuses) and its release
+    /// leaves that directory alone.
+    pub fn owns_its_vhost_dir(&self) -> bool {
+        self.pod_uid
+            .as_ref()
+            .is_some_and(|u| u.eq_ignore_ascii_case(&self.vm_uuid))
+    }
+
     /// The attachment of the sandbox and interface it names (`vm-id`, `vm-ifname`), released as
     /// this plugin's are; only its host link is named the Go plugin's way
     /// ([`crate::kernel::names::legacy_link`]).
