@@ -1,8 +1,10 @@
 //! The node's request budget to the agent (docs/configuration.md, "Polling and the node's request budget"):
 //! every call on the node together sends at most `agent-requests-per-second` requests a second,
-//! however many are waiting; each waiting call still gets its turn; registrations and DELs go
-//! before polls; nobody waits beyond their deadline; a call killed or stopped anywhere holds up
-//! nobody. The simulator keeps every request with its arrival time (`--log-requests`): the
+//! however many are waiting, frozen calls resumed together too; each waiting call still gets
+//! its turn; what starts an ADD's clock (its first look at its pod, its registration) and DELs
+//! go before polls; a call that waited less than any lately leaves the polls to those that
+//! waited longer; nobody waits beyond their deadline; a call killed or stopped anywhere holds
+//! up nobody. The simulator keeps every request with its arrival time (`--log-requests`): the
 //! rate and the turns are read from what the agent received.
 
 use std::collections::BTreeMap;
@@ -274,14 +276,155 @@ fn calls_killed_or_stopped_while_they_wait_for_turns_hold_up_nobody() {
 }
 
 #[test]
-fn registrations_and_dels_go_before_a_queue_of_polls() {
+fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resumed() {
+    let (n, rate) = (60, 20);
+    let mut pods = pods(n, 60_000);
+    // One call not stopped: its polls book behind the frozen calls' turns, so its second poll
+    // after the stop says their turns have passed.
+    let witness = PodSpec::new(vec![
+        VmiSpec::new("default", 201).with("ip-delay-ms", json!(60_000)),
+    ]);
+    pods.push(witness.clone());
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    let mut node = node(&sim, rate, 40);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let adds: Vec<Add> = pods
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    wait_for("every registration", Duration::from_secs(30), || {
+        sim.ports().len() == n + 1
+    });
+    let pids: Vec<String> = adds[..n].iter().map(|a| a.child.id().to_string()).collect();
+    let signal = |sig: &str| {
+        let mut args = vec![sig];
+        args.extend(pids.iter().map(String::as_str));
+        sh("kill", &args);
+    };
+    signal("-STOP");
+    let stopped = received(&sim).len();
+    let polls = format!("GET /vm/{}/{}", witness.uuid, witness.vmis[0].uuid);
+    wait_for(
+        "the frozen calls' turns to pass",
+        Duration::from_secs(30),
+        || {
+            received(&sim)[stopped..]
+                .iter()
+                .filter(|(_, r)| *r == polls)
+                .count()
+                >= 2
+        },
+    );
+    // All at once, every one of them past its turn: they go no faster than the budget.
+    let resumed = received(&sim).len();
+    signal("-CONT");
+    wait_for(
+        "a round of polls after the resume",
+        Duration::from_secs(30),
+        || received(&sim).len() >= resumed + n,
+    );
+    let busiest = busiest_second(&received(&sim)[resumed..]);
+    assert!(
+        busiest <= bound(rate),
+        "{busiest} requests within one second once {n} calls late for their turns resumed, \
+         budget {rate}"
+    );
+    for add in &adds {
+        add.signal("-KILL");
+    }
+    for add in adds {
+        add.finish();
+    }
+    del_all(&mut node, &sim, &pods, &cids, &nss);
+}
+
+#[test]
+fn a_call_that_waited_less_than_any_lately_leaves_the_polls_to_those_that_waited_longer() {
+    let (n, rate) = (20, 40);
+    // A crowd that waits long, and one pod whose IP configuration comes 3 s after its
+    // registration, ADDed with them: the shortest wait the node knows.
+    let mut pods = pods(n, 60_000);
+    let teacher = PodSpec::new(vec![
+        VmiSpec::new("default", 201).with("ip-delay-ms", json!(3_000)),
+    ]);
+    // Then a pod whose IP configuration is there at once, ADDed while the crowd polls, and
+    // another once the crowd is gone.
+    let young = PodSpec::new(vec![VmiSpec::new("default", 202)]);
+    let alone = PodSpec::new(vec![VmiSpec::new("default", 203)]);
+    pods.extend([teacher.clone(), young.clone(), alone.clone()]);
+    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    let mut node = node(&sim, rate, 40);
+    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
+    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
+    let mut adds: Vec<Add> = pods[..=n]
+        .iter()
+        .zip(&cids)
+        .zip(&nss)
+        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
+        .collect();
+    let (ok, printed, _) = adds.pop().unwrap().finish();
+    assert!(ok, "{printed}");
+    // The crowd has waited longer than the teacher did: its calls poll in turn, as many as the
+    // budget lets them. The young call's would not find anything the teacher's wait says:
+    // it waits that long (less a tenth) before it polls, while the crowd's polls go.
+    let vmi = &young.vmis[0].uuid;
+    let registered = format!("POST /vm {vmi}");
+    let polled = format!("GET /vm/{}/{vmi}", young.uuid);
+    let add = Add::start(&node, &young, &cids[n + 1], &nss[n + 1]);
+    let (ok, printed, _) = add.finish();
+    assert!(ok, "{printed}");
+    assert_eq!(nss[n + 1].mac("eth0"), young.vmis[0].mac);
+    let log = received(&sim);
+    let from = log.iter().position(|(_, r)| *r == registered).unwrap();
+    let to = log.iter().position(|(_, r)| *r == polled).unwrap();
+    let between = &log[from + 1..to];
+    // 2.7 s of the crowd's polls, 40 a second (over a hundred); a round of them is n. Counted
+    // in requests, not seconds: a busy machine stretches both.
+    assert!(
+        between.len() >= 3 * n,
+        "the young call polled after {} of the crowd's requests",
+        between.len()
+    );
+    // Once nobody else waits, a call polls at once: the budget leaves a call alone untouched.
+    // Its own wait for turns, as it measured it (its metrics), is far below the 2.7 s.
+    for add in &adds {
+        add.signal("-KILL");
+    }
+    for add in adds {
+        add.finish();
+    }
+    let collector = TempDir::new();
+    let metrics = collector.0.join("metrics.prom");
+    node.set("metrics-file", json!(metrics));
+    let add = Add::start(&node, &alone, &cids[n + 2], &nss[n + 2]);
+    let (ok, printed, _) = add.finish();
+    assert!(ok, "{printed}");
+    node.set("metrics-file", Value::Null);
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    let waited = text
+        .lines()
+        .find_map(|l| l.strip_prefix("contrail_cni_budget_wait_seconds_sum{command=\"ADD\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no ADD budget wait in {text}"));
+    assert!(waited < 1.0, "a call alone waited {waited}s for turns");
+    del_all(&mut node, &sim, &pods, &cids, &nss);
+}
+
+#[test]
+fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     let (n, rate) = (100, 20);
     let mut pods = pods(n, 60_000);
-    // One more pod, attached before the crowd comes: its DEL comes while they wait.
+    // One more pod, attached before the crowd comes: its DEL comes while they wait. And one
+    // ADDed while they wait.
     let early = PodSpec::new(vec![VmiSpec::new("default", 201)]);
+    let late = PodSpec::new(vec![VmiSpec::new("default", 202)]);
     pods.push(early.clone());
+    pods.push(late.clone());
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
-    let mut node = node(&sim, rate, 30);
+    let mut node = node(&sim, rate, 60);
     let early_ns = Netns::new();
     let early_cid = uuid();
     let conf = node.netconf("1.0.0", "contrail-k8s-cni");
@@ -289,8 +432,8 @@ fn registrations_and_dels_go_before_a_queue_of_polls() {
     node.call("ADD", &early_cid, &early_ns.path(), "eth0", &args, &conf)
         .assert_ok();
     let crowd = &pods[..n];
-    let nss: Vec<Netns> = crowd.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = crowd.iter().map(|_| uuid()).collect();
+    let mut nss: Vec<Netns> = crowd.iter().map(|_| Netns::new()).collect();
+    let mut cids: Vec<String> = crowd.iter().map(|_| uuid()).collect();
     let adds: Vec<Add> = crowd
         .iter()
         .zip(&cids)
@@ -298,7 +441,9 @@ fn registrations_and_dels_go_before_a_queue_of_polls() {
         .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
         .collect();
     // Every call of the crowd registered and polls, one turn each in a queue of n/rate = 5 s.
-    wait_for("the crowd's registrations", Duration::from_secs(30), || {
+    // (Their 200 requests before their registrations take 10 s of the budget, and at most
+    // half of it once the first poll: under 20 s.)
+    wait_for("the crowd's registrations", Duration::from_secs(40), || {
         sim.ports().len() == n + 1
     });
     let polled_twice = || {
@@ -319,6 +464,31 @@ fn registrations_and_dels_go_before_a_queue_of_polls() {
         .max()
         .unwrap();
     assert!(queue >= Duration::from_secs(3), "{queue:?}");
+    // The late ADD's look at its pod and its registration start its wait for the IP
+    // configuration: they go before the queue, so the agent gets them with a few of the
+    // crowd's polls between, not a round of them (n).
+    let before = received(&sim).len();
+    let late_ns = Netns::new();
+    let late_cid = uuid();
+    let late_add = Add::start(&node, &late, &late_cid, &late_ns);
+    let vmi = &late.vmis[0].uuid;
+    let registered = format!("POST /vm {vmi}");
+    wait_for(
+        "the late ADD's registration",
+        Duration::from_secs(30),
+        || received(&sim).iter().any(|(_, r)| *r == registered),
+    );
+    let log = received(&sim);
+    let at = log.iter().position(|(_, r)| *r == registered).unwrap();
+    let others = log[before..at]
+        .iter()
+        .filter(|(_, r)| !r.contains(&late.vm_name()))
+        .count();
+    assert!(
+        others <= 2 * BURST,
+        "{others} of the crowd's requests went between the late ADD's start and its \
+         registration"
+    );
     // The DEL's own wait for its turns, as it measured it (its metrics; the crowd's calls
     // started without a metrics file): not its wall time, which a busy machine stretches.
     let collector = TempDir::new();
@@ -338,13 +508,20 @@ fn registrations_and_dels_go_before_a_queue_of_polls() {
     );
     node.set("metrics-file", Value::Null);
     assert_eq!(early_ns.ifnames(), ["lo"]);
+    let (ok, printed, _) = late_add.finish();
+    assert!(ok, "{printed}");
+    assert_eq!(late_ns.mac("eth0"), late.vmis[0].mac);
     for add in &adds {
         add.signal("-KILL");
     }
     for add in adds {
         add.finish();
     }
-    del_all(&mut node, &sim, crowd, &cids, &nss);
+    let mut rest = pods[..n].to_vec();
+    rest.push(late);
+    cids.push(late_cid);
+    nss.push(late_ns);
+    del_all(&mut node, &sim, &rest, &cids, &nss);
 }
 
 #[test]

@@ -96,9 +96,13 @@ struct Opts {
     /// The same built with `--features thick`.
     #[arg(long = "thick-plugin", value_name = "BIN")]
     thick: PathBuf,
-    /// The previous build, with its fixed 21 ms poll period (section 9's middle policy).
+    /// The build before the node's request budget, with its fixed 21 ms poll period (a
+    /// section 9 policy).
     #[arg(long = "previous-plugin", value_name = "BIN")]
     previous: PathBuf,
+    /// The build before issue 38 (a section 9 policy).
+    #[arg(long = "before-plugin", value_name = "BIN")]
+    before: PathBuf,
     /// The agent simulator.
     #[arg(long, value_name = "BIN")]
     sim: PathBuf,
@@ -118,11 +122,20 @@ struct Opts {
     /// Another build of the plugin: ADD, DEL and RSS of both, interleaved, printed only.
     #[arg(long, value_name = "BIN")]
     compare: Option<PathBuf>,
+    /// Section 9 only, printed only: for working on the node's request budget.
+    #[arg(long)]
+    storm_only: bool,
 }
 
 impl Opts {
     fn check(&self) -> R<()> {
-        for p in [&self.plugin, &self.thick, &self.previous, &self.sim] {
+        for p in [
+            &self.plugin,
+            &self.thick,
+            &self.previous,
+            &self.before,
+            &self.sim,
+        ] {
             if !p.exists() {
                 return Err(format!(
                     "{} does not exist (scripts/bench builds it)",
@@ -460,21 +473,26 @@ fn setup(opts: Opts) -> R<Ctx> {
     })
 }
 
-/// Section 9: the storm and the quiet node under each polling policy, in one run.
+/// Section 9: the storm under each polling policy, and the quiet node under each but the busy
+/// machine's, in one run.
 fn node_under_load(cx: &Ctx) -> R<(Vec<storm::Storm>, Vec<storm::Quiet>)> {
-    use storm::Policy;
+    use storm::{Policy, Role};
+    let o = &cx.opts;
     let policies = [
-        Policy::Plugin("this build: the node's request budget", &cx.opts.plugin),
-        Policy::Plugin(
-            "previous build: a poll every 21 ms per call",
-            &cx.opts.previous,
-        ),
-        Policy::Legacy,
+        (Role::This, Some(&o.plugin)),
+        (Role::ThisBusy, Some(&o.plugin)),
+        (Role::Before, Some(&o.before)),
+        (Role::FixedPeriod, Some(&o.previous)),
+        (Role::Legacy, None),
     ];
     let nss: Vec<Netns> = cx.storm_pods.iter().map(|_| Netns::new()).collect();
     let mut storms = Vec::new();
     let mut quiets = Vec::new();
-    for policy in policies {
+    for (role, bin) in policies {
+        let policy = Policy {
+            role,
+            bin: bin.map(PathBuf::as_path),
+        };
         eprintln!(
             "  storm: {} pods x {} attachments, {}",
             cx.storm_pods.len(),
@@ -482,8 +500,10 @@ fn node_under_load(cx: &Ctx) -> R<(Vec<storm::Storm>, Vec<storm::Quiet>)> {
             policy.name()
         );
         storms.push(storm::storm(cx, policy, &cx.storm_pods, &nss)?);
-        eprintln!("  quiet node: {}", policy.name());
-        quiets.push(storm::quiet(cx, policy, cx.sizes.quiet)?);
+        if role != Role::ThisBusy {
+            eprintln!("  quiet node: {}", policy.name());
+            quiets.push(storm::quiet(cx, policy, cx.sizes.quiet)?);
+        }
     }
     Ok((storms, quiets))
 }
@@ -501,6 +521,12 @@ fn run(opts: Opts) -> R<()> {
         );
         return compare(&cx, other);
     }
+    if cx.opts.storm_only {
+        eprintln!("bench: 9. the node under load, alone");
+        let (storms, quiets) = node_under_load(&cx)?;
+        eprintln!("{}", report::load_only(&storms, &quiets));
+        return Ok(());
+    }
     eprintln!("bench: 1-3. one attachment: contrail-k8s-cni, ptp + static, raw netlink");
     let single = one_attachment(&cx)?;
     eprintln!("bench: 4. the state directory: tmpfs, ext4 on a loop device, the temp dir");
@@ -513,7 +539,7 @@ fn run(opts: Opts) -> R<()> {
     let node = full_node(&cx)?;
     eprintln!("bench: 8. readiness lag");
     let ready = readiness(&cx)?;
-    eprintln!("bench: 9. the node under load: three polling policies");
+    eprintln!("bench: 9. the node under load: polling policies");
     let (storms, quiets) = node_under_load(&cx)?;
     let sizes_kb = vec![
         ("contrail-k8s-cni".into(), kb(&cx.opts.plugin)),

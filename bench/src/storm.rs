@@ -1,8 +1,11 @@
 //! Section 9: the node, not one call. The agent's DB exclusion on (the simulator's
 //! `--exclusion`: each request holds the agent's DB for 0.25 ms, each VMI's config work 2 ms),
-//! three polling policies side by side:
-//! - this build: the node's request budget (`agent-requests-per-second`, default 200);
-//! - the previous build (git `PREVIOUS_POLICY`, built by scripts/bench): a poll every 21 ms per
+//! polling policies side by side:
+//! - this build: the node's request budget (`agent-requests-per-second`, default 200), also
+//!   with every core kept busy (Debian's stress-ng);
+//! - the build before issue 38 (scripts/bench builds it from git): the same budget, every
+//!   request but registrations and DELs queued behind the polls;
+//! - the build before the budget (scripts/bench builds it from git): a poll every 21 ms per
 //!   waiting call, whatever else waits;
 //! - a model of the legacy Go CNI's requests: `GET /vm-cfg`, `POST /vm`, then `GET
 //!   /vm/<vm>/<vmi>` at once and every `poll-timeout` (3 s) until it answers; its DEL one
@@ -31,19 +34,72 @@ pub(crate) const QUIET_IP_DELAY_MS: u64 = 300;
 /// The legacy Go CNI's poll-timeout: the pause after a poll that found nothing.
 const LEGACY_PERIOD: Duration = Duration::from_secs(3);
 
-/// A polling policy: a build of the plugin, or the legacy model.
-#[derive(Clone, Copy)]
-pub(crate) enum Policy<'a> {
-    Plugin(&'static str, &'a Path),
+/// Which polling policy: section 9's columns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    This,
+    /// This build with every core kept busy.
+    ThisBusy,
+    /// The build before issue 38.
+    Before,
+    /// The build before the node's request budget.
+    FixedPeriod,
     Legacy,
+}
+
+impl Role {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::This => "this build: the node's request budget",
+            Role::ThisBusy => "this build, every core kept busy",
+            Role::Before => "before: every request but registrations behind the polls",
+            Role::FixedPeriod => "before the budget: a poll every 21 ms per call",
+            Role::Legacy => "legacy Go CNI (model): one poll per 3 s",
+        }
+    }
+}
+
+/// A polling policy: a build of the plugin (`bin`), or the legacy model (`None`).
+#[derive(Clone, Copy)]
+pub(crate) struct Policy<'a> {
+    pub(crate) role: Role,
+    pub(crate) bin: Option<&'a Path>,
 }
 
 impl Policy<'_> {
     pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Policy::Plugin(name, _) => name,
-            Policy::Legacy => "legacy Go CNI (model): one poll per 3 s",
-        }
+        self.role.name()
+    }
+
+    /// A short name for its files.
+    fn tag(&self) -> String {
+        let name = self.name().split(':').next().unwrap_or("x");
+        name.replace([' ', ','], "-")
+    }
+}
+
+/// Every core kept busy (Debian's stress-ng, one CPU hog per core) while it lives.
+struct Hogs(std::process::Child);
+
+impl Hogs {
+    fn start() -> R<Hogs> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        std::process::Command::new("stress-ng")
+            .args(["--cpu", &cores.to_string(), "--quiet"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(Hogs)
+            .map_err(|e| format!("stress-ng (scripts/bench installs it): {e}"))
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        // stress-ng's workers follow their parent's SIGTERM.
+        // SAFETY: kill(2) on the child's pid, which has not been reaped yet.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
     }
 }
 
@@ -57,7 +113,7 @@ struct Done {
 
 /// What the storm did to the node, for one policy.
 pub(crate) struct Storm {
-    pub(crate) policy: &'static str,
+    pub(crate) role: Role,
     pub(crate) pods: usize,
     /// Requests the agent received during the ADDs: in all, the busiest second, the mean
     /// second (from the first to the last second with requests), by kind.
@@ -71,8 +127,15 @@ pub(crate) struct Storm {
     /// the requests ahead of it caused.
     pub(crate) queued: Stats,
     pub(crate) by_requests: Stats,
-    /// Per ADD, ms: its time beyond its VMI's IP delay.
+    /// Per ADD, ms: its time beyond its VMI's IP delay; that time split at its registration:
+    /// from the call's start to the registration, and from the registration to the call's
+    /// end, the IP delay taken off.
     pub(crate) beyond: Stats,
+    pub(crate) before_reg: Stats,
+    pub(crate) after_reg: Stats,
+    /// The most requests the agent received in any one second (sliding, from each request's
+    /// arrival), the ADDs' and the DELs'.
+    pub(crate) sliding_peak: u64,
     /// From the storm's start until the last pod had all its interfaces, s.
     pub(crate) whole_s: f64,
     /// Requests of the DELs, in all and by kind.
@@ -84,7 +147,7 @@ pub(crate) struct Storm {
 
 /// The quiet node, for one policy.
 pub(crate) struct Quiet {
-    pub(crate) policy: &'static str,
+    pub(crate) role: Role,
     /// From the moment the IP configuration exists to the ADD's return, ms.
     pub(crate) lag: Stats,
     /// Requests of one ADD (median).
@@ -131,13 +194,44 @@ fn ip_delay(v: &VmiSpec) -> f64 {
     v.extra["ip-delay-ms"].as_u64().unwrap_or(0) as f64
 }
 
-/// A simulator for `pods` with the agent's DB exclusion modelled.
+/// A simulator for `pods` with the agent's DB exclusion modelled, logging each request's
+/// arrival.
 fn agent(cx: &Ctx, pods: &[PodSpec]) -> Sim {
     Sim::start_with(
         &cx.opts.sim,
         &pods.iter().collect::<Vec<_>>(),
-        &["--exclusion"],
+        &["--exclusion", "--log-requests"],
     )
+}
+
+/// The most of `arrivals` (ns, any order) within any one second.
+fn busiest_second(mut arrivals: Vec<u64>) -> u64 {
+    arrivals.sort_unstable();
+    let mut first = 0;
+    let mut most = 0;
+    for (last, &t) in arrivals.iter().enumerate() {
+        while t - arrivals[first] >= 1_000_000_000 {
+            first += 1;
+        }
+        most = most.max(last + 1 - first);
+    }
+    most as u64
+}
+
+/// When each VMI was registered (the simulator's `sim-registered-ns`), by its uuid.
+fn registrations(sim: &Sim) -> BTreeMap<String, Instant> {
+    sim.get("/sim/ports")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let vmi = p["vmi-uuid"].as_str().or(p["id"].as_str())?;
+            Some((
+                vmi.to_string(),
+                instant_of(p["sim-registered-ns"].as_u64()?),
+            ))
+        })
+        .collect()
 }
 
 /// Requests by kind ("METHOD route status").
@@ -150,11 +244,7 @@ fn by_kind(sim: &Sim) -> R<BTreeMap<String, u64>> {
 pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -> R<Storm> {
     check_interrupt()?;
     let sim = agent(cx, pods);
-    let tag = match policy {
-        Policy::Plugin(name, _) => name.split(':').next().unwrap_or("x").replace(' ', "-"),
-        Policy::Legacy => "legacy".into(),
-    };
-    let state = cx.ext4.dir.join(format!("storm-{tag}"));
+    let state = cx.ext4.dir.join(format!("storm-{}", policy.tag()));
     let node = node_in(&sim, &state);
     let confs: Vec<PathBuf> = NODE_ATTACHMENTS
         .iter()
@@ -166,24 +256,38 @@ pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -
         .map(|(p, ns)| cx.env(&node, "ADD", ns, &p.name))
         .collect();
     eprintln!("  {}: ADD", policy.name());
+    let hogs = match policy.role {
+        Role::ThisBusy => Some(Hogs::start()?),
+        _ => None,
+    };
     let started = Instant::now();
     let adds = wave(cx, policy, &sim, pods, &sandboxes, "ADD", &confs)?;
     let load = sim.get("/sim/load");
     let add_kinds = by_kind(&sim)?;
+    let registered = registrations(&sim);
     let mut problems = Vec::new();
-    if let Policy::Plugin(..) = policy {
+    if policy.bin.is_some() {
         problems.extend(check_attached(&sim, pods, nss)?);
     }
     eprintln!("  {}: DEL", policy.name());
     let dels = wave(cx, policy, &sim, pods, &sandboxes, "DEL", &confs)?;
+    drop(hogs);
+    let arrivals: Vec<u64> = sim
+        .get("/sim/log")
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| !r["path"].as_str().unwrap_or("").starts_with("/sim/"))
+        .filter_map(|r| r["arrived-ns"].as_u64())
+        .collect();
     let mut del_by_kind = by_kind(&sim)?;
     for (kind, n) in del_by_kind.iter_mut() {
         *n -= add_kinds.get(kind).copied().unwrap_or(0);
     }
     del_by_kind.retain(|_, n| *n > 0);
-    match policy {
-        Policy::Plugin(..) => problems.extend(check_nothing_left(&sim, pods, nss, &state)?),
-        Policy::Legacy => {
+    match policy.bin {
+        Some(_) => problems.extend(check_nothing_left(&sim, pods, nss, &state)?),
+        None => {
             let left = registered_vmis(&sim).len();
             if left > 0 {
                 problems.push(format!("{left} VMIs still registered"));
@@ -241,13 +345,24 @@ pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -
                 .map(|(d, v)| ms(d.end - d.start) - ip_delay(v))
         })
         .collect();
+    // (Before, after) the registration, for the ADDs that registered.
+    let split: Vec<(f64, f64)> = pods
+        .iter()
+        .zip(&adds)
+        .flat_map(|(pod, calls)| {
+            calls.iter().zip(&pod.vmis).filter_map(|(d, v)| {
+                let at = *registered.get(&v.uuid)?;
+                Some((ms(at - d.start), ms(d.end - at) - ip_delay(v)))
+            })
+        })
+        .collect();
     let whole = adds
         .iter()
         .filter_map(|calls| calls.last().map(|d| d.end))
         .max()
         .map_or(0.0, |end| (end - started).as_secs_f64());
     Ok(Storm {
-        policy: policy.name(),
+        role: policy.role,
         pods: pods.len(),
         requests,
         peak: busy.iter().copied().max().unwrap_or(0),
@@ -257,6 +372,9 @@ pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -
         queued: stats(&work_ms("queued-ms")),
         by_requests: stats(&work_ms("by-requests-ms")),
         beyond: stats(&beyond),
+        before_reg: stats(&split.iter().map(|s| s.0).collect::<Vec<_>>()),
+        after_reg: stats(&split.iter().map(|s| s.1).collect::<Vec<_>>()),
+        sliding_peak: busiest_second(arrivals),
         whole_s: whole,
         del_requests: del_by_kind.values().sum(),
         del_by_kind,
@@ -298,8 +416,8 @@ fn wave(
                     let mut done = Vec::new();
                     for &k in order {
                         let env = sandbox.on(NODE_ATTACHMENTS[k].0);
-                        let d = match policy {
-                            Policy::Plugin(_, bin) => {
+                        let d = match policy.bin {
+                            Some(bin) => {
                                 let c = env.run(bin, &confs[k], &scratch)?;
                                 Done {
                                     start: c.start,
@@ -308,7 +426,7 @@ fn wave(
                                     said: c.describe(),
                                 }
                             }
-                            Policy::Legacy => legacy.call(command, k),
+                            None => legacy.call(command, k),
                         };
                         let failed = !d.ok;
                         done.push(d);
@@ -428,15 +546,7 @@ pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
     check_interrupt()?;
     let pod = quiet_pod();
     let sim = agent(cx, std::slice::from_ref(&pod));
-    let state = cx.ext4.dir.join(format!(
-        "quiet-{}",
-        policy
-            .name()
-            .split(':')
-            .next()
-            .unwrap_or("x")
-            .replace(' ', "-")
-    ));
+    let state = cx.ext4.dir.join(format!("quiet-{}", policy.tag()));
     let node = node_in(&sim, &state);
     let conf = crate::stdin_conf(&cx.dir.0, &node, "contrail-k8s-cni")?;
     let ns = Netns::new();
@@ -447,12 +557,12 @@ pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
         check_interrupt()?;
         let env = cx.env(&node, "ADD", &ns, &pod.name);
         let before = cx_requests(&sim)?;
-        let (end, ok, said) = match policy {
-            Policy::Plugin(_, bin) => {
+        let (end, ok, said) = match policy.bin {
+            Some(bin) => {
                 let c = env.run(bin, &conf, &scratch)?;
                 (c.end, c.ok, c.describe())
             }
-            Policy::Legacy => {
+            None => {
                 let mut legacy = Legacy::new(&sim, &pod, &env);
                 let d = legacy.call("ADD", 0);
                 (d.end, d.ok, String::new())
@@ -476,18 +586,18 @@ pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
         } else {
             -ms(ready - end)
         });
-        match policy {
-            Policy::Plugin(_, bin) => {
+        match policy.bin {
+            Some(bin) => {
                 let del = env.with("DEL").run(bin, &conf, &scratch)?;
                 expect_del("quiet node", &del)?;
             }
-            Policy::Legacy => {
+            None => {
                 Legacy::new(&sim, &pod, &env).call("DEL", 0);
             }
         }
     }
     Ok(Quiet {
-        policy: policy.name(),
+        role: policy.role,
         lag: stats(&lags),
         requests: stats(&requests).median,
     })

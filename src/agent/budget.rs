@@ -11,14 +11,31 @@
 //!   anywhere blocks nobody: its slot passes unused.
 //! - **Fair.** Polls book slots first come, first served: a waiting call polls again after
 //!   every other waiting call had its turn (every N/R seconds with N waiting calls).
-//! - **Registration and DEL before polls.** Requests that change the agent's registrations
-//!   (`POST /vm`, `DELETE /vm`) have a lane of their own, up to half the budget: they go at
-//!   once and push every booked poll back by one slot, so the node's total stays within the
-//!   budget; past half the budget they queue in their lane, so polls never starve.
+//! - **Polls where the answers are.** While polls queue beyond the burst, a call whose IP
+//!   configuration it has waited for less than 0.9x the shortest such wait of the node's
+//!   last 10 to 20 seconds does not book a poll yet (it could hardly find an answer): the
+//!   calls that have waited longer share the queue, and poll more often. Once the queue is
+//!   back within the burst, or the call has waited that long, it books like any other: no call
+//!   starves, and one alone on the node is never held back.
+//! - **What starts a call's clock goes before polls.** The requests that change the agent's
+//!   registrations (`POST`, `DELETE`) and an ADD's requests before its registration (its first
+//!   look at the pod's VMIs, its looks at whether a VMI is registered) have a lane of their
+//!   own: they go at once and push every booked poll back by one slot, so the node's total
+//!   stays within the budget. Registrations go first of all (they push the lane's other
+//!   requests back the same way): in a reboot's first wave, the pods whose first look was
+//!   answered register before the next pods' first looks go. While polls wait, the lane may take the whole budget for a
+//!   second's worth of requests (a reboot's first wave), then half of it, so polls never
+//!   starve. An ADD's IP delay starts at its registration: a request before it that queued
+//!   behind the polls would add the queue's length to the pod's wait.
 //! - **Bounded.** A turn beyond the call's deadline is never booked; the call fails with code
 //!   11 instead ("try again later").
 //! - **Free on a quiet node.** Up to [`BURST`] requests go at once; a call alone on the node
 //!   never waits for a turn.
+//! - **Held on a starved CPU.** Every request, its turn come, is admitted by one more
+//!   schedule of the node's sends (GCRA, the rate with both lanes' bursts): a request whose
+//!   slot passed while its call was not scheduled waits there for the next free instant instead
+//!   of going with every other late one at once, so that no second ever holds more than the
+//!   rate and the bursts.
 //!
 //! The schedule is GCRA ("virtual scheduling", as traffic shapers and rate limiters use it) in
 //! nanoseconds of CLOCK_MONOTONIC, which every process of the node shares and no clock step
@@ -42,6 +59,9 @@ use crate::state::files;
 pub(crate) const FILE: &str = ".budget";
 /// How many requests may go at once on a quiet node before the rate applies.
 pub(crate) const BURST: u64 = 10;
+/// How long the lane ahead of polls may take the whole budget while polls wait (a reboot's
+/// first wave of ADDs registers at once), before it gets half.
+pub(crate) const AHEAD_ALLOWANCE: Duration = Duration::from_secs(1);
 /// The file's size: one page.
 const SIZE: usize = 4096;
 /// The first word of the file: what it is, and the layout's version.
@@ -55,9 +75,15 @@ const NAP: Duration = Duration::from_millis(50);
 /// What a request is, for its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Class {
-    /// It changes the agent's registrations (`POST /vm`, `DELETE /vm`): it goes before polls.
-    Urgent,
-    /// Anything else: a poll, a look, a CHECK.
+    /// It changes the agent's registrations, or comes before an ADD's registration: it goes
+    /// before polls.
+    Ahead,
+    /// A registration (`POST /vm`, `POST /port`): it starts an ADD's wait for its IP
+    /// configuration, so it goes before the other requests ahead of polls too.
+    Registration,
+    /// A poll for the IP configuration of a VMI registered at `since` (its wait's start).
+    Ip { since: Instant },
+    /// Anything else: a wait's polls, a CHECK's or STATUS's look.
     Poll,
 }
 
@@ -84,27 +110,110 @@ impl Rate {
         (at, now.max(tat) + self.interval)
     }
 
-    /// An urgent request's slot in its lane, which ends at `lane`: when it may go, and where the
-    /// lane then ends. While polls are waiting the lane runs at half the rate, so that urgent
-    /// requests never take more than half the budget from them; otherwise at the whole rate.
-    pub(crate) fn urgent(self, lane: u64, now: u64, polls_waiting: bool) -> (u64, u64) {
-        let step = if polls_waiting {
-            2 * self.interval
-        } else {
-            self.interval
-        };
-        let at = now.max(lane.saturating_sub(self.tolerance));
-        (at, now.max(lane) + step)
+    /// A request's slot in the lane ahead of polls, which ends at `lane`, when its account of
+    /// the budget it took from waiting polls ends at `share`: when it may go, where the lane
+    /// then ends, and where the account then ends. The lane runs at the whole rate; while polls
+    /// are waiting, each of its requests counts two slots in the account, which may run at most
+    /// [`AHEAD_ALLOWANCE`] ahead: after a second of the whole budget the lane gets half of it,
+    /// and polls the other half. Without polls waiting the account is left as it is.
+    pub(crate) fn ahead(
+        self,
+        lane: u64,
+        share: u64,
+        now: u64,
+        polls_waiting: bool,
+    ) -> (u64, u64, u64) {
+        let mut at = now.max(lane.saturating_sub(self.tolerance));
+        let mut share_end = share;
+        if polls_waiting {
+            let allowance = AHEAD_ALLOWANCE.as_nanos() as u64;
+            at = at.max(share.saturating_sub(allowance));
+            share_end = now.max(share) + 2 * self.interval;
+        }
+        (at, now.max(lane).max(at) + self.interval, share_end)
     }
 
-    /// Where the poll queue ends once an urgent request going at `at` took a slot from it.
+    /// Where the poll queue ends once a request ahead of it going at `at` took a slot from it.
     pub(crate) fn displaced(self, tat: u64, at: u64) -> u64 {
         tat.max(at) + self.interval
     }
 
-    /// How far a poll booked now is pushed back by one urgent request.
+    /// How far a poll booked now is pushed back by one request ahead of it.
     pub(crate) fn shift(self) -> u64 {
         self.interval
+    }
+
+    /// A request's admission, its turn come, when the node's sends are scheduled up to `sent`:
+    /// the instant it may go (now, unless the requests admitted before it went faster than the
+    /// rate with both lanes' bursts allow) and where the schedule then ends. On time, a request
+    /// is admitted at once: its lane already spaced it.
+    pub(crate) fn admit(self, sent: u64, now: u64) -> (u64, u64) {
+        let at = now.max(sent.saturating_sub(self.tolerance * 2 + self.interval));
+        (at, at.max(sent) + self.interval)
+    }
+
+    /// Whether polls are queuing: the poll queue ends beyond the burst.
+    pub(crate) fn backlogged(self, tat: u64, now: u64) -> bool {
+        tat > now.saturating_add(self.tolerance)
+    }
+}
+
+/// The node's shortest waits for an IP configuration (from the registration to the poll that
+/// found it) in two windows of [`Waits::WINDOW`], the current one and the one before, packed
+/// in one word so that one compare-and-swap updates them: the window's number (24 bits) and
+/// the two shortest waits in ms (20 bits each, [`Waits::NONE`] for none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waits(u64);
+
+impl Waits {
+    const WINDOW: u64 = 10_000_000_000;
+    const NONE: u64 = (1 << 20) - 1;
+    /// A call waits at most this long before it books its first poll.
+    const MOST: u64 = 10_000;
+
+    fn window(now: u64) -> u64 {
+        (now / Self::WINDOW + 1) & ((1 << 24) - 1)
+    }
+
+    fn parts(self) -> (u64, u64, u64) {
+        (
+            self.0 >> 40,
+            (self.0 >> 20) & Self::NONE,
+            self.0 & Self::NONE,
+        )
+    }
+
+    fn of(window: u64, current: u64, before: u64) -> Waits {
+        Waits(window << 40 | current.min(Self::NONE) << 20 | before.min(Self::NONE))
+    }
+
+    /// The shortest wait of the current and the last window at `now`, ms.
+    fn shortest(self, now: u64) -> Option<u64> {
+        let (window, current, before) = self.parts();
+        let shortest = match Self::window(now).wrapping_sub(window) & ((1 << 24) - 1) {
+            0 => current.min(before),
+            1 => current,
+            _ => Self::NONE,
+        };
+        (shortest != Self::NONE).then_some(shortest)
+    }
+
+    /// With a wait of `ms` that ended at `now`.
+    pub(crate) fn with(self, ms: u64, now: u64) -> Waits {
+        let (window, current, _) = self.parts();
+        let this = Self::window(now);
+        match this.wrapping_sub(window) & ((1 << 24) - 1) {
+            0 => Self::of(this, current.min(ms), self.parts().2),
+            1 => Self::of(this, ms, current),
+            _ => Self::of(this, ms, Self::NONE),
+        }
+    }
+
+    /// How long a call waits for an IP configuration before it polls while polls queue, ns:
+    /// 0.9x the shortest wait lately (at most [`Waits::MOST`]), none without one.
+    pub(crate) fn ripening(self, now: u64) -> u64 {
+        self.shortest(now)
+            .map_or(0, |ms| ms.min(Self::MOST) * 900_000)
     }
 }
 
@@ -125,12 +234,24 @@ struct Shared {
     boot: AtomicU64,
     /// Where the poll queue ends.
     tat: AtomicU64,
-    /// How far urgent requests pushed booked polls back, in all (wrapping).
+    /// How far requests ahead of polls pushed booked polls back, in all (wrapping).
     shift: AtomicU64,
-    /// Where the urgent lane ends.
-    urgent: AtomicU64,
+    /// Where the lane ahead of polls ends.
+    ahead: AtomicU64,
     /// The latest slot a poll booked: polls are waiting while it lies ahead.
     polls: AtomicU64,
+    /// Where the schedule of admitted requests ends (a field that earlier versions, which
+    /// share the file during a rollout, leave at zero: an empty schedule).
+    sent: AtomicU64,
+    /// How far registrations pushed the requests booked in the lane ahead of polls back, in
+    /// all (wrapping).
+    ahead_shift: AtomicU64,
+    /// The end of the lane ahead's account of the budget it took from waiting polls (see
+    /// [`Rate::ahead`]).
+    share: AtomicU64,
+    /// The shortest waits for an IP configuration lately, a [`Waits`] word (zero, as earlier
+    /// versions leave it, is a window long gone: none).
+    waits: AtomicU64,
 }
 
 /// The file, mapped.
@@ -258,7 +379,9 @@ impl Budget {
         if s.magic.load(Ordering::Acquire) != MAGIC || s.boot.load(Ordering::Acquire) != boot {
             // Another boot's times (or a new file): the queue is empty. Concurrent first calls
             // of a boot may each clear it; the slots they booked meanwhile are a few at most.
-            for field in [&s.tat, &s.shift, &s.urgent, &s.polls] {
+            for field in [
+                &s.tat, &s.shift, &s.ahead, &s.polls, &s.sent, &s.share, &s.waits,
+            ] {
                 field.store(0, Ordering::Release);
             }
             s.boot.store(boot, Ordering::Release);
@@ -298,7 +421,11 @@ impl Budget {
             ahead: Duration::from_nanos(at.saturating_sub(now)),
         };
         match class {
-            Class::Poll => {
+            Class::Ip { since } => self.ripen(s, since, limit, &sane, stop)?,
+            Class::Ahead | Class::Registration | Class::Poll => {}
+        }
+        match class {
+            Class::Poll | Class::Ip { .. } => {
                 let booked = s
                     .tat
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
@@ -310,7 +437,7 @@ impl Budget {
                     return Err(exhausted(at));
                 }
                 s.polls.fetch_max(at, Ordering::AcqRel);
-                // The slot in the polls' own time: urgent requests booked from now on push it
+                // The slot in the polls' own time: requests ahead booked from now on push it
                 // back (see `shift`).
                 let own = at.wrapping_sub(s.shift.load(Ordering::Acquire));
                 loop {
@@ -325,17 +452,34 @@ impl Budget {
                     nap(Duration::from_nanos(at - now), stop)?;
                 }
             }
-            Class::Urgent => {
+            Class::Ahead | Class::Registration => {
+                let first = class == Class::Registration;
                 let polls_waiting = sane(s.polls.load(Ordering::Acquire)) > now;
+                let mut share = 0;
                 let booked = s
-                    .urgent
+                    .ahead
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lane| {
-                        let (slot, end) = self.rate.urgent(sane(lane), now, polls_waiting);
-                        at = slot;
+                        let taken = sane(s.share.load(Ordering::Acquire));
+                        // A registration books as if the lane were empty, and the lane's end
+                        // moves back by its slot.
+                        let queue = if first { 0 } else { sane(lane) };
+                        let (slot, end, taken) = self.rate.ahead(queue, taken, now, polls_waiting);
+                        (at, share) = (slot, taken);
+                        let end = if first {
+                            self.rate.displaced(sane(lane), slot)
+                        } else {
+                            end
+                        };
                         (slot <= limit).then_some(end)
                     });
                 if booked.is_err() {
                     return Err(exhausted(at));
+                }
+                // (Concurrent requests may count from the same account: a slot or two more for
+                // the lane, which the admission below still holds to the node's bound.)
+                s.share.fetch_max(share, Ordering::AcqRel);
+                if first {
+                    s.ahead_shift.fetch_add(self.rate.shift(), Ordering::AcqRel);
                 }
                 // First the shift, then the queue's end: a poll that books after the new end
                 // sees the shift too, and is not pushed back twice.
@@ -345,16 +489,100 @@ impl Budget {
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
                         Some(self.rate.displaced(sane(tat), at))
                     });
+                // The slot in the lane's own time: registrations booked from now on push it
+                // back (a registration's own slot stays).
+                let own = at.wrapping_sub(s.ahead_shift.load(Ordering::Acquire));
                 loop {
+                    let at = if first {
+                        at
+                    } else {
+                        own.wrapping_add(s.ahead_shift.load(Ordering::Acquire))
+                    };
                     let now = now_ns();
                     if now >= at {
                         break;
+                    }
+                    if at > limit {
+                        return Err(exhausted(at));
                     }
                     nap(Duration::from_nanos(at - now), stop)?;
                 }
             }
         }
+        self.admit(s, limit, &sane, stop)?;
         Ok(started.elapsed())
+    }
+
+    /// Holds back a poll for the IP configuration of a VMI registered at `since` while polls
+    /// queue, until it has waited as long as the node's calls lately had to (see [`Waits`]),
+    /// at most until `limit`.
+    fn ripen(
+        &self,
+        s: &Shared,
+        since: Instant,
+        limit: u64,
+        sane: &dyn Fn(u64) -> u64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), NoTurn> {
+        let waited = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let ripe = now_ns()
+            .saturating_sub(waited)
+            .saturating_add(Waits(s.waits.load(Ordering::Acquire)).ripening(now_ns()));
+        loop {
+            let now = now_ns();
+            if now >= ripe.min(limit)
+                || !self
+                    .rate
+                    .backlogged(sane(s.tat.load(Ordering::Acquire)), now)
+            {
+                return Ok(());
+            }
+            nap(Duration::from_nanos(ripe.min(limit) - now), stop)?;
+        }
+    }
+
+    /// Tells the node's calls how long this one waited for an IP configuration: from its
+    /// registration to the poll that found it.
+    pub(crate) fn answered(&self, waited: Duration) {
+        let Some(s) = self.shared() else { return };
+        let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+        let now = now_ns();
+        let _ = s
+            .waits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(Waits(w).with(ms, now).0)
+            });
+    }
+
+    /// Waits for the request's admission in the schedule of the node's sends (see
+    /// [`Rate::admit`]), at most until `limit`.
+    fn admit(
+        &self,
+        s: &Shared,
+        limit: u64,
+        sane: &dyn Fn(u64) -> u64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), NoTurn> {
+        loop {
+            let now = now_ns();
+            let mut at = now;
+            let admitted = s
+                .sent
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |sent| {
+                    let (slot, end) = self.rate.admit(sane(sent), now);
+                    at = slot;
+                    (slot <= now).then_some(end)
+                });
+            if admitted.is_ok() {
+                return Ok(());
+            }
+            if at > limit {
+                return Err(NoTurn::Exhausted {
+                    ahead: Duration::from_nanos(at - now),
+                });
+            }
+            nap(Duration::from_nanos(at - now), stop)?;
+        }
     }
 }
 
@@ -414,8 +642,21 @@ mod tests {
         assert_eq!(end, 2_010 * MS);
     }
 
+    /// Books `n` requests ahead at `now` one after the other, the lane and its account empty:
+    /// when each may go.
+    fn aheads(rate: Rate, now: u64, n: usize, polls_waiting: bool) -> Vec<u64> {
+        let (mut lane, mut share) = (0, 0);
+        (0..n)
+            .map(|_| {
+                let at;
+                (at, lane, share) = rate.ahead(lane, share, now, polls_waiting);
+                at
+            })
+            .collect()
+    }
+
     #[test]
-    fn urgent_requests_go_before_booked_polls_and_take_a_slot_from_them() {
+    fn requests_ahead_go_before_booked_polls_and_take_a_slot_from_them() {
         let rate = Rate::per_second(200);
         let now = 1_000 * MS;
         // 100 polls booked: the queue ends 0.45 s ahead.
@@ -423,32 +664,88 @@ mod tests {
         for _ in 0..100 {
             tat = rate.poll(tat, now).1;
         }
-        let (at, lane) = rate.urgent(0, now, true);
-        assert_eq!(at, now, "an urgent request does not queue behind polls");
+        let at = aheads(rate, now, 1, true)[0];
+        assert_eq!(at, now, "a request ahead does not queue behind polls");
         assert_eq!(rate.displaced(tat, at), tat + rate.shift());
-        // While polls wait, its lane holds half the budget: after a burst, one every two slots.
-        let mut lane = lane;
-        let mut last = at;
-        for _ in 0..BURST {
-            (last, lane) = rate.urgent(lane, now, true);
-        }
-        // (A burst of five: its tolerance is nine slots of the whole rate, two per request.)
-        assert_eq!(last - now, 11 * 5 * MS);
     }
 
     #[test]
-    fn without_polls_waiting_urgent_requests_have_the_whole_rate() {
+    fn a_registration_goes_before_the_lanes_other_requests_and_takes_a_slot_from_them() {
         let rate = Rate::per_second(200);
         let now = 1_000 * MS;
-        let mut lane = 0;
-        let at: Vec<u64> = (0..12)
+        // 50 first looks booked in the lane: it ends 0.2 s ahead.
+        let (mut lane, mut share) = (0, 0);
+        for _ in 0..50 {
+            (_, lane, share) = rate.ahead(lane, share, now, false);
+        }
+        // A registration books as if the lane were empty, and pushes its end by one slot.
+        let (at, _, _) = rate.ahead(0, share, now, false);
+        assert_eq!(at, now);
+        assert_eq!(rate.displaced(lane, at), lane + rate.shift());
+        // While polls wait it still counts in the lane's share of the budget: past a second of
+        // the whole rate, registrations too go at half.
+        let (at, _, _) = rate.ahead(0, now + 3 * AHEAD_ALLOWANCE.as_nanos() as u64, now, true);
+        assert_eq!(at, now + 2 * AHEAD_ALLOWANCE.as_nanos() as u64);
+    }
+
+    #[test]
+    fn while_polls_wait_the_lane_ahead_has_the_whole_rate_for_a_second_then_half() {
+        let rate = Rate::per_second(200);
+        let now = 1_000 * MS;
+        let at = aheads(rate, now, 400, true);
+        // A burst, then one a slot apart, for a second's worth of the whole rate...
+        assert_eq!(at[9], now);
+        assert_eq!(at[100] - now, 91 * 5 * MS);
+        let full: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).take(190).collect();
+        assert!(full[10..].iter().all(|&d| d == 5 * MS), "{full:?}");
+        // ...then one every two: half the budget, the polls' half left to them.
+        assert!(
+            at[300..].windows(2).all(|w| w[1] - w[0] == 10 * MS),
+            "{at:?}"
+        );
+        // Without polls waiting, the whole rate for as long as it has requests.
+        let alone = aheads(rate, now, 400, false);
+        assert_eq!(alone[399] - now, 390 * 5 * MS);
+    }
+
+    #[test]
+    fn late_requests_are_admitted_no_faster_than_the_rate_and_both_bursts() {
+        let rate = Rate::per_second(200);
+        let now = 1_000 * MS;
+        // 300 requests whose slots passed while their calls were not scheduled, all awake at
+        // once: both lanes' bursts go at once, the rest one slot apart, each at the first free
+        // instant.
+        let mut sent = 0;
+        let at: Vec<u64> = (0..300)
             .map(|_| {
-                let (at, end) = rate.urgent(lane, now, false);
-                lane = end;
+                let (at, end) = rate.admit(sent, now);
+                sent = end;
                 at
             })
             .collect();
-        assert_eq!(at[9], now);
-        assert_eq!((at[10] - now, at[11] - now), (5 * MS, 10 * MS));
+        assert!(at[..2 * BURST as usize].iter().all(|&t| t == now), "{at:?}");
+        assert_eq!(at[2 * BURST as usize] - now, 5 * MS);
+        let in_a_second = at.iter().filter(|&&t| t < now + 1_000 * MS).count() as u64;
+        assert_eq!(in_a_second, 200 + 2 * BURST - 1);
+        // On time, a request is admitted at once.
+        assert_eq!(rate.admit(now - 10 * MS, now).0, now);
+    }
+
+    #[test]
+    fn a_poll_waits_for_most_of_the_shortest_wait_of_the_last_ten_to_twenty_seconds() {
+        let second = 1_000 * MS;
+        let now = 1_000 * second;
+        assert_eq!(Waits(0).ripening(now), 0, "none known: no wait");
+        let w = Waits(0).with(2_000, now).with(2_500, now + second);
+        assert_eq!(w.ripening(now + second), 1_800 * MS);
+        // The next window still knows it; a shorter wait there counts at once.
+        let w = w.with(1_500, now + 10 * second);
+        assert_eq!(w.ripening(now + 10 * second), 1_350 * MS);
+        let w = w.with(3_000, now + 20 * second);
+        assert_eq!(w.ripening(now + 20 * second), 1_350 * MS);
+        // Two windows on, what was learned is gone: polls go as they come.
+        assert_eq!(w.ripening(now + 40 * second), 0);
+        // However long the waits, a call polls within ten seconds.
+        assert_eq!(Waits(0).with(60_000, now).ripening(now), 9_000 * MS);
     }
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::agent::budget::{Budget, Class, NoTurn};
+pub(crate) use crate::agent::budget::Class;
+use crate::agent::budget::{Budget, NoTurn};
 use crate::cni::pod::Pod;
 use crate::config::Contrail;
 use crate::error::{AgentFault, Error, LastPoll, Result};
@@ -152,14 +153,16 @@ impl Agent {
         }
     }
 
-    /// Waits for the turn of a request in the node's budget (see [`crate::agent::budget`]): requests
-    /// that change registrations go before looks. The time left for the request itself after
-    /// the wait: within the call's deadline, as the request's own timeout allows.
-    fn turn(&self, method: Method, path: &str, timeout: Duration) -> Result<Duration> {
-        let class = match method {
-            Method::Get => Class::Poll,
-            Method::Post | Method::Delete => Class::Urgent,
-        };
+    /// Waits for the turn of a request of `class` in the node's budget (see
+    /// [`crate::agent::budget`]). The time left for the request itself after the wait: within
+    /// the call's deadline, as the request's own timeout allows.
+    fn turn(
+        &self,
+        class: Class,
+        method: Method,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<Duration> {
         let stop = || self.stop.as_ref().is_some_and(|stop| stop());
         let request = || request(method, path);
         match self.budget.turn(class, self.deadline, &stop) {
@@ -181,12 +184,13 @@ impl Agent {
         }
     }
 
-    /// One request, in its turn; `Ok(None)` on 404. Transport failures, answers that break HTTP
-    /// and other statuses are errors naming the agent and the request; only the status code
-    /// counts (the agent's status lines all read "OK" and its error bodies carry nothing a
-    /// client needs).
+    /// One request, in its turn of `class`; `Ok(None)` on 404. Transport failures, answers that
+    /// break HTTP and other statuses are errors naming the agent and the request; only the
+    /// status code counts (the agent's status lines all read "OK" and its error bodies carry
+    /// nothing a client needs).
     fn request(
         &self,
+        class: Class,
         method: Method,
         path: &str,
         body: Option<&Value>,
@@ -199,7 +203,7 @@ impl Agent {
             return Err(Error::Internal);
         }
         let body = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
-        let timeout = self.turn(method, path, timeout)?;
+        let timeout = self.turn(class, method, path, timeout)?;
         let answer = self
             .http
             .send(method, path, body.as_deref(), timeout)
@@ -270,16 +274,20 @@ impl Agent {
         }
     }
 
-    /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs. An answer that is not the
-    /// pod's (a VMI annotated for another pod, VMIs of several VMs) is refused at once.
+    /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs, the first look ahead of
+    /// polls (it starts the ADD), the next ones polls. An answer that is not the pod's (a VMI
+    /// annotated for another pod, VMIs of several VMs) is refused at once.
     pub fn wait_for_pod(&self, pod: &Pod, vm_name: &str) -> Result<Vec<Vmi>> {
         let path = format!("/vm-cfg/{vm_name}");
+        let mut class = Class::Ahead;
         self.poll(
             Awaited::PodInterfaces {
                 vm_name: vm_name.to_string(),
             },
             |agent, timeout| {
-                let Some(vmis) = agent.pod_config(vm_name, timeout)? else {
+                let answer = agent.pod_config(class, vm_name, timeout)?;
+                class = Class::Poll;
+                let Some(vmis) = answer else {
                     return Ok(Poll::NotYet(Pending::PodUnknown {
                         vm_name: vm_name.to_string(),
                     }));
@@ -310,24 +318,31 @@ impl Agent {
         )
     }
 
-    /// `GET /vm-cfg/<vm-name>` once: the VMIs the agent knows for the pod, `None` for none.
-    pub fn pod_config(&self, vm_name: &str, timeout: Duration) -> Result<Option<Vec<Vmi>>> {
+    /// `GET /vm-cfg/<vm-name>` once, in a turn of `class`: the VMIs the agent knows for the
+    /// pod, `None` for none.
+    pub(crate) fn pod_config(
+        &self,
+        class: Class,
+        vm_name: &str,
+        timeout: Duration,
+    ) -> Result<Option<Vec<Vmi>>> {
         let path = format!("/vm-cfg/{vm_name}");
-        self.request(Method::Get, &path, None, timeout)?
+        self.request(class, Method::Get, &path, None, timeout)?
             .map(|body| vmi::parse_cfg(&body).map_err(|e| self.refused(Method::Get, &path, e)))
             .transpose()
     }
 
-    /// `GET /vm/<vm-uuid>/<vmi-uuid>` once: `Ok(None)` while the agent has no IP config (the
-    /// VMI is not registered, or its network has no IPAM).
-    pub fn ip_config(
+    /// `GET /vm/<vm-uuid>/<vmi-uuid>` once, in a turn of `class`: `Ok(None)` while the agent
+    /// has no IP config (the VMI is not registered, or its network has no IPAM).
+    pub(crate) fn ip_config(
         &self,
+        class: Class,
         vm_uuid: &VmUuid,
         vmi_uuid: &VmiUuid,
         timeout: Duration,
     ) -> Result<Option<IpConfig>> {
         let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
-        self.request(Method::Get, &path, None, timeout)?
+        self.request(class, Method::Get, &path, None, timeout)?
             .map(|body| {
                 vmi::parse_ip(&body, vm_uuid, vmi_uuid)
                     .map_err(|e| self.refused(Method::Get, &path, e))
@@ -342,9 +357,10 @@ impl Agent {
     }
 
     /// Polls until the agent has the IP configuration of every VMI in `vmis` (of pod `vm_uuid`),
-    /// which must be registered already: the agent has none before. One request a poll, for the
-    /// first VMI not ready yet; the ones after it are asked for at once when it is, so that a
-    /// failure names the VMI that never got ready.
+    /// which must be registered already (just now): the agent has none before. One request a
+    /// poll, for the first VMI not ready yet; the ones after it are asked for at once when it
+    /// is, so that a failure names the VMI that never got ready. How long the first took is
+    /// the node's to know (it paces the node's polls: [`budget`]).
     pub fn wait_for_ips(&self, vm_uuid: &VmUuid, vmis: &[&VmiUuid]) -> Result<Vec<IpConfig>> {
         let what = match vmis {
             [one] => Awaited::Ip {
@@ -356,29 +372,34 @@ impl Agent {
             },
         };
         let mut ready = Vec::with_capacity(vmis.len());
+        let since = Instant::now();
         self.poll(what, |agent, timeout| {
             while let Some(vmi) = vmis.get(ready.len()) {
-                let Some(ip) = agent.ip_config(vm_uuid, vmi, timeout)? else {
+                let Some(ip) = agent.ip_config(Class::Ip { since }, vm_uuid, vmi, timeout)? else {
                     crate::crash::point("waiting");
                     return Ok(Poll::NotYet(Pending::NoIp {
                         vm_uuid: vm_uuid.to_string(),
                         vmi: vmi.to_string(),
                     }));
                 };
+                if ready.is_empty() {
+                    agent.budget.answered(since.elapsed());
+                }
                 ready.push(ip);
             }
             Ok(Poll::Ready(std::mem::take(&mut ready)))
         })
     }
 
-    /// Whether the agent reports a host interface for a VMI. One quick look, no waiting: used
-    /// only to tell repeated attachments of one network apart. Within the invocation's
-    /// deadline: a VMI the agent does not answer for in time counts as unregistered.
+    /// Whether the agent reports a host interface for a VMI. One quick look, no waiting, ahead
+    /// of polls (it comes before the ADD's registration): used only to tell repeated
+    /// attachments of one network apart. Within the invocation's deadline: a VMI the agent
+    /// does not answer for in time counts as unregistered.
     pub fn is_registered(&self, vm_uuid: &VmUuid, vmi_uuid: &VmiUuid) -> bool {
         let left = self.deadline.saturating_duration_since(Instant::now());
         let t = left.min(self.poll_timeout);
         !t.is_zero()
-            && matches!(self.ip_config(vm_uuid, vmi_uuid, t), Ok(Some(ip)) if ip.registered_as.is_some())
+            && matches!(self.ip_config(Class::Ahead, vm_uuid, vmi_uuid, t), Ok(Some(ip)) if ip.registered_as.is_some())
     }
 
     /// `POST /vm`: registers a port (a state record, the agent's POST body), retried within the
@@ -391,10 +412,12 @@ impl Agent {
                 vmi: field("vmi-uuid").to_string(),
             },
             |agent, t| {
-                Ok(match agent.request(Method::Post, "/vm", Some(port), t)? {
-                    Some(_) => Poll::Ready(()),
-                    None => Poll::NotYet(Pending::NotAccepted),
-                })
+                Ok(
+                    match agent.request(Class::Registration, Method::Post, "/vm", Some(port), t)? {
+                        Some(_) => Poll::Ready(()),
+                        None => Poll::NotYet(Pending::NotAccepted),
+                    },
+                )
             },
         )
     }
@@ -411,10 +434,18 @@ impl Agent {
                 vmi: field("id").to_string(),
             },
             |agent, t| {
-                Ok(match agent.request(Method::Post, "/port", Some(body), t)? {
-                    Some(_) => Poll::Ready(()),
-                    None => Poll::NotYet(Pending::NotAccepted),
-                })
+                Ok(
+                    match agent.request(
+                        Class::Registration,
+                        Method::Post,
+                        "/port",
+                        Some(body),
+                        t,
+                    )? {
+                        Some(_) => Poll::Ready(()),
+                        None => Poll::NotYet(Pending::NotAccepted),
+                    },
+                )
             },
         )
     }
@@ -428,7 +459,7 @@ impl Agent {
                 vmi: vmi_uuid.to_string(),
             },
             |agent, t| {
-                agent.request(Method::Delete, &path, None, t)?;
+                agent.request(Class::Ahead, Method::Delete, &path, None, t)?;
                 Ok(Poll::Ready(()))
             },
         )?;
@@ -447,7 +478,7 @@ impl Agent {
                 vm_uuid: vm_uuid.to_string(),
             },
             |agent, t| {
-                agent.request(Method::Delete, &path, None, t)?;
+                agent.request(Class::Ahead, Method::Delete, &path, None, t)?;
                 Ok(Poll::Ready(()))
             },
         )?;
@@ -463,6 +494,7 @@ impl Agent {
     pub fn reachable(&self) -> Result<()> {
         let path = "/vm-cfg/contrail-k8s-cni-status";
         let t = self.turn(
+            Class::Poll,
             Method::Get,
             path,
             self.poll_timeout.min(Duration::from_secs(2)),

@@ -2,7 +2,7 @@
 //! [`interface`]), the runtime's `prevResult` lists nothing it lacks, and the agent still has
 //! its port under this node's host interface with an IP configuration.
 
-use crate::agent::{Agent, Awaited, Poll};
+use crate::agent::{Agent, Awaited, Class, Poll};
 use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
 use crate::kernel::interface::{self, Mismatch};
@@ -78,7 +78,11 @@ fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
             Awaited::IpConfig {
                 vmi: r.vmi_uuid.to_string(),
             },
-            |agent, t| agent.ip_config(&r.vm_uuid, &r.vmi_uuid, t).map(Poll::Ready),
+            |agent, t| {
+                agent
+                    .ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, t)
+                    .map(Poll::Ready)
+            },
         )?
         .ok_or_else(|| Mismatch::NotRegistered {
             vmi: r.vmi_uuid.to_string(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Class};
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::kernel::links::Links;
@@ -252,7 +252,7 @@ fn observe(
         let addrs = sock.addrs(link.index).unwrap_or_default();
         Some((link, addrs))
     });
-    let ip = agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
+    let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let agent_view = match &ip {
         // A nested node registers nothing: the IP configuration is all there is to see.
         Ok(Some(_)) if !agent.registers() => AgentView::Configured,
@@ -303,7 +303,7 @@ fn observe_vhost(
     conf: &Contrail,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
-    let ip = agent.ip_config(&r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
+    let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let (agent_view, differs, addresses) = match &ip {
         Ok(Some(ip)) => {
             let differs = (ip.mac.to_string() != r.mac)
@@ -529,13 +529,15 @@ fn stray_registrations(
     records: &[Record],
 ) -> Vec<Row> {
     let t = conf.poll_timeout;
-    let Ok(Some(vmis)) = agent.pod_config(vm_name, t) else {
+    let Ok(Some(vmis)) = agent.pod_config(Class::Poll, vm_name, t) else {
         return Vec::new();
     };
     vmis.iter()
         .filter(|v| !records.iter().any(|r| r.vmi_uuid == v.uuid))
         .filter_map(|v| {
-            let ip = agent.ip_config(&v.vm_uuid, &v.uuid, t).ok()??;
+            let ip = agent
+                .ip_config(Class::Poll, &v.vm_uuid, &v.uuid, t)
+                .ok()??;
             let finding = Finding::RegisteredWithoutState(v.vm_uuid.to_string());
             Some(Row {
                 vmi: v.uuid.to_string(),
