@@ -76,6 +76,28 @@ fn delete_all(p: &Fixture, step: &str) {
 }
 
 #[test]
+fn a_step_that_does_not_exist_fails_the_call_rather_than_pass_without_a_crash() {
+    let p = pod();
+    let out = p.node.call_with(
+        &[("CONTRAIL_CNI_CRASH_AT", "registred")],
+        "ADD",
+        &p.cid,
+        &p.ns.path(),
+        "eth0",
+        &p.args(),
+        &p.conf("default"),
+    );
+    assert!(!out.ok, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("\"registred\" is no crash point"), "{msg}");
+    for step in ADD_STEPS.iter().chain(&DEL_STEPS) {
+        assert!(msg.contains(step), "{step} is not among {msg}");
+    }
+    assert_eq!(p.ns.ifnames(), ["lo"]);
+    assert!(p.sim.ports().is_empty());
+}
+
+#[test]
 fn killed_at_every_step_of_add_then_del_cleans_up_and_add_works_again() {
     for step in ADD_STEPS {
         let p = pod();

@@ -4,7 +4,7 @@
 //! configs shipped in netconf/ and Debian's `tuning` plugin (containernetworking-plugins 1.1.1)
 //! chained after us.
 //!
-//! What libcni adds over calling the plugin by hand (e2e/plugin.rs): it finds .conf and
+//! What libcni adds over calling the plugin by hand (e2e/plugin/): it finds .conf and
 //! .conflist files by network name, injects `name` and `cniVersion` into each plugin's config,
 //! hands each plugin's result to the next one as `prevResult`, caches the list's ADD result
 //! and gives it back to CHECK and DEL as `prevResult` (from 0.4.0 on), refuses CHECK below

@@ -6,6 +6,9 @@
 //! in `agent` (HTTP), `state` (files) and `netlink`, and `add`, `del` and `check` run the
 //! steps.
 
+// A CNI call's stdout is its result object alone: nothing in the library prints.
+#![deny(clippy::print_stdout)]
+
 pub mod agent;
 pub mod cni;
 mod commands;
@@ -161,6 +164,8 @@ pub fn run(
     stdin: Result<Vec<u8>>,
     version: &mut String,
 ) -> Result<Option<Value>> {
+    #[cfg(feature = "crash-points")]
+    crash::armed()?;
     let env = match env {
         Ok(e) => match Op::of(e.command) {
             Some(op) => Ok((e, op)),

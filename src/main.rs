@@ -2,6 +2,9 @@
 //! the environment and stdin go to the library, its result or error object to stdout, nothing
 //! else. Without, it is run by hand: the subcommands, `--version` and `--help`.
 
+// A CNI call's stdout is its result object alone; only the operator's commands print.
+#![deny(clippy::print_stdout)]
+
 use std::io::{Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -61,6 +64,10 @@ fn cni_call() -> ExitCode {
 }
 
 /// Run by hand. With no arguments, what the reference plugins print (on stderr, exit 0).
+#[allow(
+    clippy::print_stdout,
+    reason = "an operator's command: its output is for the terminal, not a runtime"
+)]
 fn by_hand() -> ExitCode {
     if std::env::args_os().len() <= 1 {
         eprintln!(

@@ -1,6 +1,6 @@
 //! Running a CNI plugin as a runtime does, timed, and its peak RSS under ptrace.
 
-use crate::R;
+use crate::error::R;
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -1,7 +1,10 @@
 //! benchmarks/latency.svg: small multiples of the run's distributions, drawn by hand.
 
-use crate::THICK_SIZES;
-use crate::{phases::*, report::*, stats::*};
+use crate::context::THICK_SIZES;
+use crate::phases::{node::NodeRound, single::Variant, thick::Thick};
+use crate::report::results::{Report, marginals};
+use crate::stats::stats;
+
 use std::fmt::Write as _;
 
 pub(crate) struct Series {

@@ -16,23 +16,27 @@
 //! then its DELs; and the quiet node (one pod, its IP configuration 300 ms after registration):
 //! how long after the IP configuration exists does the ADD return.
 
-use crate::{Ctx, NODE_ATTACHMENTS, R, check_interrupt, node_in};
+mod legacy;
 
-use crate::{measure::*, phases::*, stats::*};
-use contrail_testkit::{Netns, PodSpec, Sim, VmiSpec, exchange};
+use crate::context::{Ctx, NODE_ATTACHMENTS, check_interrupt, node_in, stdin_conf};
+use crate::error::R;
+use crate::measure::{CniEnv, expect_del, instant_of, ms};
+use crate::phases::checks::{check_attached, check_nothing_left, registered_vmis};
+use crate::stats::{Rng, Stats, stats};
+use crate::storm::legacy::{Done, Legacy};
+
+use contrail_testkit::{Netns, PodSpec, Sim, VmiSpec};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The storm's IP configurations come this long after their registrations: uniform in
 /// [`STORM_IP_DELAY_MS`].
 pub(crate) const STORM_IP_DELAY_MS: (u64, u64) = (2000, 5000);
 /// The quiet node's pod gets its IP configuration this long after its registration.
 pub(crate) const QUIET_IP_DELAY_MS: u64 = 300;
-/// The legacy Go CNI's poll-timeout: the pause after a poll that found nothing.
-const LEGACY_PERIOD: Duration = Duration::from_secs(3);
 
 /// Which polling policy: section 9's columns.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -101,14 +105,6 @@ impl Drop for Hogs {
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
         let _ = self.0.wait();
     }
-}
-
-/// One call: when it ran, whether it worked, and what it printed when it did not.
-struct Done {
-    start: Instant,
-    end: Instant,
-    ok: bool,
-    said: String,
 }
 
 /// What the storm did to the node, for one policy.
@@ -248,7 +244,7 @@ pub(crate) fn storm(cx: &Ctx, policy: Policy, pods: &[PodSpec], nss: &[Netns]) -
     let node = node_in(&sim, &state);
     let confs: Vec<PathBuf> = NODE_ATTACHMENTS
         .iter()
-        .map(|(_, _, name)| crate::stdin_conf(&cx.dir.0, &node, name))
+        .map(|(_, _, name)| stdin_conf(&cx.dir.0, &node, name))
         .collect::<R<_>>()?;
     let sandboxes: Vec<CniEnv> = pods
         .iter()
@@ -450,97 +446,6 @@ fn wave(
     })
 }
 
-/// The legacy Go CNI's requests for one pod (`vrouter.go`: `PollVmCfg`, `Add`, `PollVm`, `Del`),
-/// on one kept-alive connection as Go's HTTP client keeps it.
-struct Legacy<'a> {
-    sim: &'a Sim,
-    pod: &'a PodSpec,
-    container_id: String,
-    netns: String,
-    conn: Option<std::io::BufReader<std::net::TcpStream>>,
-}
-
-impl<'a> Legacy<'a> {
-    fn new(sim: &'a Sim, pod: &'a PodSpec, sandbox: &CniEnv) -> Legacy<'a> {
-        Legacy {
-            sim,
-            pod,
-            container_id: sandbox.container_id.clone(),
-            netns: sandbox.netns.clone(),
-            conn: None,
-        }
-    }
-
-    fn request(&mut self, method: &str, path: &str, body: Option<&Value>) -> (bool, Value) {
-        let conn = self.conn.get_or_insert_with(|| self.sim.connect());
-        let (status, body) = exchange(conn, method, path, body);
-        (
-            status.split(' ').nth(1) == Some("200"),
-            serde_json::from_str(&body).unwrap_or(Value::Null),
-        )
-    }
-
-    /// Attachment `k`'s ADD or DEL.
-    fn call(&mut self, command: &str, k: usize) -> Done {
-        let start = Instant::now();
-        let ok = match command {
-            "ADD" => self.add(k),
-            _ => {
-                let path = format!("/vm/{}", self.pod.uuid);
-                self.request("DELETE", &path, None).0
-            }
-        };
-        Done {
-            start,
-            end: Instant::now(),
-            ok,
-            said: String::new(),
-        }
-    }
-
-    fn add(&mut self, k: usize) -> bool {
-        let deadline = Instant::now() + LEGACY_PERIOD * 20;
-        let vm_name = self.pod.vm_name();
-        // PollVmCfg: until every VMI of the pod is there.
-        let vmis = loop {
-            let (ok, cfg) = self.request("GET", &format!("/vm-cfg/{vm_name}"), None);
-            let known = cfg.as_array().map_or(0, Vec::len);
-            if ok && known == self.pod.vmis.len() {
-                break cfg;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(LEGACY_PERIOD);
-        };
-        let vmi = &self.pod.vmis[k];
-        let vn = vmis
-            .as_array()
-            .and_then(|a| a.iter().find(|v| v["id"] == vmi.uuid.as_str()))
-            .map_or(Value::Null, |v| v["vn-id"].clone());
-        let ifname = NODE_ATTACHMENTS[k].0;
-        let body = json!({
-            "time": "0", "vm-id": self.container_id, "vm-uuid": self.pod.uuid,
-            "vm-name": vm_name, "host-ifname": format!("tapl{:011x}", k), "vm-ifname": ifname,
-            "vm-namespace": self.netns, "vn-uuid": vn, "vmi-uuid": vmi.uuid,
-        });
-        if !self.request("POST", "/vm", Some(&body)).0 {
-            return false;
-        }
-        // PollVm: at once, then every poll-timeout.
-        let path = format!("/vm/{}/{}", self.pod.uuid, vmi.uuid);
-        loop {
-            if self.request("GET", &path, None).0 {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(LEGACY_PERIOD);
-        }
-    }
-}
-
 /// The quiet node under `policy`: `samples` ADDs (and DELs) of one pod in a row.
 pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
     check_interrupt()?;
@@ -548,7 +453,7 @@ pub(crate) fn quiet(cx: &Ctx, policy: Policy, samples: usize) -> R<Quiet> {
     let sim = agent(cx, std::slice::from_ref(&pod));
     let state = cx.ext4.dir.join(format!("quiet-{}", policy.tag()));
     let node = node_in(&sim, &state);
-    let conf = crate::stdin_conf(&cx.dir.0, &node, "contrail-k8s-cni")?;
+    let conf = stdin_conf(&cx.dir.0, &node, "contrail-k8s-cni")?;
     let ns = Netns::new();
     let scratch = cx.scratch("quiet");
     let mut lags = Vec::new();

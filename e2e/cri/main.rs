@@ -9,9 +9,10 @@
 //! state, no registration, no sandbox, nothing in containerd's or libcni's caches.
 //!
 //! The harness (a private containerd per test, the sandbox image the test builds, the CRI
-//! client) is `containerd.rs`.
+//! client) is `containerd.rs`, with what it needs of the node besides in `host.rs`.
 
 mod containerd;
+mod host;
 
 use std::mem::ManuallyDrop;
 use std::path::Path;

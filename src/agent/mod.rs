@@ -15,6 +15,7 @@ pub(crate) use crate::agent::budget::Class;
 use crate::agent::budget::{Budget, NoTurn};
 use crate::cni::pod::Pod;
 use crate::config::Contrail;
+use crate::crash::{self, Step};
 use crate::error::{AgentFault, Error, LastPoll, Result};
 use crate::ids::{VmUuid, VmiUuid};
 use crate::state::ledger::Seal;
@@ -376,7 +377,7 @@ impl Agent {
         self.poll(what, |agent, timeout| {
             while let Some(vmi) = vmis.get(ready.len()) {
                 let Some(ip) = agent.ip_config(Class::Ip { since }, vm_uuid, vmi, timeout)? else {
-                    crate::crash::point("waiting");
+                    crash::point(Step::Waiting);
                     return Ok(Poll::NotYet(Pending::NoIp {
                         vm_uuid: vm_uuid.to_string(),
                         vmi: vmi.to_string(),
@@ -463,7 +464,7 @@ impl Agent {
                 Ok(Poll::Ready(()))
             },
         )?;
-        crate::crash::point("deregistered");
+        crash::point(Step::Deregistered);
         Ok(())
     }
 
@@ -482,7 +483,7 @@ impl Agent {
                 Ok(Poll::Ready(()))
             },
         )?;
-        crate::crash::point("deregistered");
+        crash::point(Step::Deregistered);
         ports
             .iter()
             .filter(|p| p.get("vm-uuid").and_then(Value::as_str) == Some(vm_uuid))

@@ -14,6 +14,7 @@ use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
 use crate::commands::call::{Call, open_netns};
 use crate::config::{InterfaceType, Mode, NetConf, VifType, VrouterMode};
+use crate::crash::{self, Step};
 use crate::error::{Conflict, During, Error, Malformed, Result};
 use crate::ids::{ContainerId, IfName, PodUid, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
@@ -186,7 +187,7 @@ impl Add<'_> {
         let vmis = self.agent.wait_for_pod(pod, &self.vm_name)?;
         let claimed = self.claim(&vmis)?;
         noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.to_string()));
-        crate::crash::point("claimed");
+        crash::point(Step::Claimed);
         let mut made = Made::default();
         self.attach(&claimed.records, &mut made)
             .map_err(|e| self.undo(&claimed, &made, e))
@@ -372,18 +373,18 @@ impl Add<'_> {
             )?;
             made.links.push(r.clone());
         }
-        crate::crash::point("veth");
+        crash::point(Step::Veth);
         if self.agent.registers() {
             made.registered = true;
             ledger::register(&self.agent, records)?;
         }
-        crate::crash::point("registered");
+        crash::point(Step::Registered);
         let uuids: Vec<&VmiUuid> = records.iter().map(|r| &r.vmi_uuid).collect();
         let ips = match records.first() {
             Some(r) => self.agent.wait_for_ips(&r.vm_uuid, &uuids)?,
             None => Vec::new(),
         };
-        crate::crash::point("ip");
+        crash::point(Step::Ip);
         let specs = records
             .iter()
             .zip(&ips)
@@ -404,7 +405,7 @@ impl Add<'_> {
             let host_mac = self.links.host_mac(r)?;
             outcomes.push(spec.outcome(host_mac, &defaults));
         }
-        crate::crash::point("addressed");
+        crash::point(Step::Addressed);
         self.still_held(records)?;
         outcomes.into_iter().next().ok_or_else(|| Error::NoVmi {
             vm_name: self.vm_name.clone(),

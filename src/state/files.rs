@@ -8,6 +8,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use crate::crash::{self, Step};
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, renameat};
@@ -130,6 +131,10 @@ pub(crate) fn read_bounded(dir: impl AsFd, name: &str, max: u64) -> io::Result<V
 }
 
 /// Removes `name` from `dir` if it is there.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the one remover of a state file, in a directory its caller opened"
+)]
 pub(crate) fn unlink(dir: impl AsFd, name: &str) -> io::Result<()> {
     match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
@@ -188,6 +193,10 @@ pub(crate) enum Sync {
 /// Writes `name` in `dir` atomically: a temp file beside it (a stale one, even a symlink, removed
 /// first; created exclusively, never followed), optionally fsynced, renamed over the target.
 /// Readers never see half a file; on failure the temp file goes.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "renames the temporary file it wrote into place"
+)]
 pub(crate) fn write_atomic(
     dir: impl AsFd + Copy,
     name: &str,
@@ -208,7 +217,7 @@ pub(crate) fn write_atomic(
         if sync == Sync::Yes {
             file.sync_all()?;
         }
-        crate::crash::point("renaming");
+        crash::point(Step::Renaming);
         renameat(dir, tmp.as_str(), dir, name).map_err(io)
     })();
     if written.is_err() {

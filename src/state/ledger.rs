@@ -29,6 +29,7 @@
 use std::collections::BTreeSet;
 
 use crate::agent::Agent;
+use crate::crash::{self, Step};
 use crate::error::{Error, Result};
 use crate::ids::VmUuid;
 use crate::kernel::links::{Links, Unremoved};
@@ -129,7 +130,7 @@ pub(crate) fn remove(
     reserved: &[Record],
 ) -> Result<()> {
     let failed = delete_links(links, records);
-    crate::crash::point("unlinked");
+    crash::point(Step::Unlinked);
     let gone: Vec<Record> = records
         .iter()
         .filter(|r| !failed.iter().any(|u| *u.vmi == *r.vmi_uuid))
@@ -222,7 +223,7 @@ fn release(
     for r in gone {
         pod.mark_released(&r.vmi_uuid, then).map_err(failed)?;
     }
-    crate::crash::point("marked");
+    crash::point(Step::Marked);
     log_unsettled(pod, settle(agent, pod));
     Ok(())
 }

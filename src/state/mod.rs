@@ -27,6 +27,10 @@ mod lock;
 mod pod;
 mod record;
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests make and remove their own scratch files"
+)]
 mod tests;
 
 use std::io;
@@ -192,6 +196,10 @@ impl StateDir {
         }
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "removes temporary files a killed call left in the pod's state directory"
+    )]
     fn pod_dir(&self, vm_name: &str, lock: Lock) -> io::Result<PodDir> {
         let dir = open_pod_dir(&self.fd, vm_name)?;
         if let Some(dir) = &dir {

@@ -304,6 +304,10 @@ impl PodDir {
         self.unlink(LEGACY_RESYNC)
     }
 
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the ledger's renames of a pod's state files to and from their pending names"
+    )]
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let dir = self
             .dir
@@ -321,6 +325,10 @@ impl PodDir {
 
     /// Ends the critical section: when nothing is left in the pod's directory (no attachment,
     /// no pending resync), the directory goes, and its lock file with it.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "removes the pod's state directory once nothing is left in it"
+    )]
     pub fn close(self) -> io::Result<()> {
         if let Some(dir) = &self.dir {
             if !entries(dir)?.is_empty() {
@@ -342,6 +350,10 @@ impl PodDir {
     /// cni.go` `getMetaPluginDir`, `writeVrouterPollResults`), goes with the pod's directory:
     /// the pod has no attachment left, and the Go plugin, rolled back to, would give a new pod
     /// of the same name the VMIs it read there. A regular file only, never followed.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the OpenSDN Go plugin's cache directory of this pod, under Multus's"
+    )]
     fn remove_legacy_cache(&self) {
         let open_dir = |at: &OwnedFd, name: &str| {
             openat(

@@ -1,0 +1,3 @@
+//! The bench's errors: a message for stderr, `bench: <message>`.
+
+pub(crate) type R<T> = Result<T, String>;

@@ -1,0 +1,83 @@
+//! Running a CNI plugin as a runtime does (its environment and stdin), and what it printed.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::bins::plugin_bin;
+
+/// What the plugin printed and how it exited.
+#[derive(Debug)]
+pub struct Output {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+
+    /// The CNI error code, asserting the call failed with a proper error object.
+    pub fn code(&self) -> u64 {
+        assert!(!self.ok, "expected a failure, got success: {}", self.stdout);
+        let j = self.json();
+        assert!(
+            j["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "error without msg: {j}"
+        );
+        j["code"].as_u64().unwrap()
+    }
+
+    pub fn msg(&self) -> String {
+        self.json()["msg"].as_str().unwrap().to_string()
+    }
+
+    #[track_caller]
+    pub fn assert_ok(&self) -> &Output {
+        assert!(
+            self.ok,
+            "plugin failed: stdout={} stderr={}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// Runs the plugin binary with the given environment and stdin, as a runtime does.
+pub fn run_plugin(env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    run_cni(&plugin_bin(), env, stdin)
+}
+
+/// Runs any CNI plugin binary (ours or Debian's) with the given environment and stdin.
+pub fn run_cni(bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    run_wrapped(&[], bin, env, stdin)
+}
+
+/// [`run_cni`] under a wrapper command (`timeout`, `prlimit`...) that execs the plugin.
+pub fn run_wrapped(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    let mut argv: Vec<&std::ffi::OsStr> = wrapper.iter().map(|a| a.as_ref()).collect();
+    argv.push(bin.as_os_str());
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A plugin that rejects its environment exits before reading stdin, as runtimes allow.
+    let _ = child.stdin.take().unwrap().write_all(stdin);
+    let out = child.wait_with_output().unwrap();
+    Output {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
