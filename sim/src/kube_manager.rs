@@ -22,7 +22,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::pods::{VmiSpec, derived_uuid};
+use super::vmi_spec::{VmiSpec, derived_uuid};
 
 /// A NetworkAttachmentDefinition as the cluster has it.
 #[derive(Deserialize)]

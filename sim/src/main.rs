@@ -68,6 +68,7 @@ mod kube_manager;
 mod pods;
 mod port;
 mod vhost;
+mod vmi_spec;
 
 use cli::{Fault, Rule, parse_args};
 use http::{Request, serve};

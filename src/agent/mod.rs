@@ -18,7 +18,7 @@ use crate::config::Contrail;
 use crate::crash::{self, Step};
 use crate::error::{AgentFault, Error, LastPoll, Result};
 use crate::ids::{VmUuid, VmiUuid};
-use crate::state::ledger::Seal;
+use crate::state::ledger::seal::Seal;
 use crate::vmi::{self, IpConfig, Malformed, Vmi};
 
 pub use http::{Failure, HttpViolation, Method, Request, TransportError};

@@ -21,7 +21,7 @@ use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Links};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::kernel::vhost;
-use crate::state::ledger::{self, Registered};
+use crate::state::ledger::{self, Linked, Recorded, Registered};
 use crate::state::{PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
 use crate::text::Shown;
 use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
@@ -166,7 +166,7 @@ fn uid_is_the_pods(uid: &PodUid, wanted: &[Wanted]) -> Result<()> {
 
 /// The claims an ADD recorded.
 struct Claimed {
-    records: Vec<Record>,
+    records: Vec<Recorded>,
     /// What each record replaced: this attachment's own record, when a retried ADD rewrote it
     /// (the attachment was there before the call, registered), which a rollback puts back.
     prior: Vec<Option<Record>>,
@@ -177,7 +177,7 @@ struct Claimed {
 /// What an ADD made so far, for its undo.
 #[derive(Default)]
 struct Made {
-    links: Vec<Record>,
+    links: Vec<Linked>,
     /// `POST /vm` was sent (the agent may have taken it even when the answer was lost).
     registered: bool,
 }
@@ -292,8 +292,7 @@ impl Add<'_> {
             if !self.agent.registers() {
                 record.vlan = Some(self.nested_tag(w.vmi)?);
             }
-            ledger::write(pod, &record)?;
-            claimed.records.push(record);
+            claimed.records.push(ledger::write(pod, record)?);
         }
         for e in ledger::unlink(&mut self.links, &displaced) {
             log::warn!("taking over from the OpenSDN Go plugin's sandbox: {e}");
@@ -360,23 +359,22 @@ impl Add<'_> {
     }
 
     /// The interfaces, registrations, IP configurations, addresses and routes of the claims.
-    fn attach(&mut self, records: &[Record], made: &mut Made) -> Result<Outcome> {
+    fn attach(&mut self, records: &[Recorded], made: &mut Made) -> Result<Outcome> {
         let mtu = self.conf.contrail.mtu;
         for r in records {
-            ledger::create_link(
+            made.links.push(ledger::create_link(
                 &mut self.links,
                 &self.state,
                 r,
                 mtu,
                 &self.netns,
                 &mut self.ctr,
-            )?;
-            made.links.push(r.clone());
+            )?);
         }
         crash::point(Step::Veth);
         if self.agent.registers() {
             made.registered = true;
-            ledger::register(&self.agent, records)?;
+            ledger::register(&self.agent, &made.links)?;
         }
         crash::point(Step::Registered);
         let uuids: Vec<&VmiUuid> = records.iter().map(|r| &r.vmi_uuid).collect();
@@ -417,7 +415,7 @@ impl Add<'_> {
 
     /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
     /// ADD is undone rather than leave an interface no record knows.
-    fn still_held(&self, records: &[Record]) -> Result<()> {
+    fn still_held(&self, records: &[Recorded]) -> Result<()> {
         let (pod, files) = ledger::open(&self.agent, &self.state, &self.vm_name)?;
         ledger::close(pod)?;
         match records.iter().find(|r| !files.records.contains(r)) {
@@ -441,7 +439,8 @@ impl Add<'_> {
             Err(e) => {
                 // The pod's state cannot be locked or read: its interfaces go all the same.
                 let mut failed = vec![e];
-                failed.extend(ledger::unlink(&mut self.links, &made.links));
+                let made: Vec<Record> = made.links.iter().map(|l| Record::clone(l)).collect();
+                failed.extend(ledger::unlink(&mut self.links, &made));
                 failed
             }
             Ok((mut pod, files)) => {
@@ -452,7 +451,12 @@ impl Add<'_> {
                         .chain(&files.reserved)
                         .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
                 };
-                let links: Vec<Record> = made.links.iter().filter(|r| ours(r)).cloned().collect();
+                let links: Vec<Record> = made
+                    .links
+                    .iter()
+                    .filter(|r| ours(r))
+                    .map(|l| Record::clone(l))
+                    .collect();
                 // An attachment that was there before this call, registered, gets its record
                 // back as it was (before the agent is brought in line); a new claim is
                 // released.
@@ -461,7 +465,7 @@ impl Add<'_> {
                     match old {
                         _ if !ours(r) => {}
                         Some(old) => restore.push(old.clone()),
-                        None => claims.push(r.clone()),
+                        None => claims.push(Record::clone(r)),
                     }
                 }
                 let mut failed = ledger::undo(

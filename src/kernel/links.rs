@@ -28,7 +28,7 @@ use crate::kernel::interface::{LinkSeen, Seen, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Netns, Route, Socket, VethEnd, VlanLink};
 use crate::kernel::vhost;
-use crate::state::ledger::Seal;
+use crate::state::ledger::seal::Seal;
 use crate::state::{Record, Route as PortRoute, StateDir};
 use crate::vmi::Mac;
 
@@ -201,6 +201,10 @@ impl Links {
     }
 
     /// A veth: the host end by its derived name (up), the other end directly in the pod.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
     fn create_veth(
         &mut self,
         state: &StateDir,
@@ -228,6 +232,10 @@ impl Links {
     }
 
     /// Nested mode: the VLAN sub-interface with the VMI's tag, then the macvlan on it.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
     fn create_nested(
         &mut self,
         state: &StateDir,
@@ -273,6 +281,10 @@ impl Links {
 
     /// Nested mode: the macvlan on the record's VLAN link, made in the pod under a name of its
     /// own (see [`names::macvlan_tmp_ifname`]), then renamed there.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
     fn create_macvlan(
         &mut self,
         record: &Record,
@@ -297,6 +309,10 @@ impl Links {
 
     /// Deletes a leftover host link (`link`) in the way of the record's, unless it is not one
     /// this plugin makes, not of `kind`, or another pod's state names it.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
     fn take_leftover(
         &mut self,
         state: &StateDir,
@@ -328,6 +344,10 @@ impl Links {
     /// plugin's link goes only when it is of the kind it made: a link of that name that is
     /// something else is not the attachment's, and is left alone. Returns each one that could
     /// not be removed, with why.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
     pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<Unremoved> {
         let vhost: Vec<&Record> = records
             .iter()

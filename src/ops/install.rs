@@ -29,6 +29,10 @@ pub struct Options {
 /// Writes `bytes` to `dest` atomically and durably (see [`files::write_atomic`]): a kubelet
 /// that runs the plugin meanwhile executes either the old file or the new one, never half of
 /// one, and replacing a binary that is running never fails with "text file busy".
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the operator's install writes the node's CNI config and binary"
+)]
 fn put(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let (dir, name) = match (dest.parent(), dest.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) => (dir, name),

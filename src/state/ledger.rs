@@ -4,7 +4,9 @@
 //! to `state`), registers a port with the agent or drops one, and creates or deletes an
 //! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`] and
 //! [`Links::remove`] take a [`Seal`], which only this module can make. Everything else gets
-//! read-only views (`PodFiles`, the agent's GETs, `Links`' observers). ADD's claims, links and
+//! read-only views (`PodFiles`, the agent's GETs, `Links`' observers). An ADD's steps are a
+//! typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`] takes one and yields a
+//! [`Linked`] attachment, [`register`] takes those. ADD's claims, links and
 //! registrations, DEL, the rollback of a failed ADD, GC, the sweep and the resync of an
 //! interrupted call all go through here.
 //!
@@ -36,36 +38,59 @@ use crate::kernel::links::{Links, Unremoved};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, Route, StateDir, Then};
 
-/// What the functions that change registrations and links ask for: proof that the ledger calls
-/// them. Its field is private, so no other module can make one.
-pub(crate) struct Seal(());
+pub(crate) mod seal;
 
-const SEAL: Seal = Seal(());
+use seal::SEAL;
 
-/// Records an ADD's claim (under the pod's lock, so that concurrent ADDs of one pod never take
-/// the same VMI), or puts back the record a retried ADD rewrote.
-pub(crate) fn write(pod: &mut PodDir, record: &Record) -> Result<()> {
-    pod.write(record)
-        .map_err(Error::io("writing state in", pod.path()))
+/// An ADD's claim, recorded: only [`write`] makes one, and only a recorded claim gets a link
+/// ([`create_link`]). Read-only: the record is what its file says.
+pub(crate) struct Recorded(Record);
+
+impl std::ops::Deref for Recorded {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.0
+    }
 }
 
-/// Makes a claimed attachment's interface (see [`Links::create`]): after its record, so that a
-/// crash leaves a record a DEL acts on, never a link no record knows.
+/// A recorded claim whose interface exists: only [`create_link`] makes one, and only a linked
+/// attachment is registered ([`register`]). So an ADD's order, record, then link, then
+/// registration, is the types': a crash leaves a record a DEL acts on, never a link or a
+/// registration no record explains.
+pub(crate) struct Linked(Record);
+
+impl std::ops::Deref for Linked {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.0
+    }
+}
+
+/// Records an ADD's claim (under the pod's lock, so that concurrent ADDs of one pod never take
+/// the same VMI).
+pub(crate) fn write(pod: &mut PodDir, record: Record) -> Result<Recorded> {
+    pod.write(&record)
+        .map_err(Error::io("writing state in", pod.path()))?;
+    Ok(Recorded(record))
+}
+
+/// Makes a claimed attachment's interface (see [`Links::create`]).
 pub(crate) fn create_link(
     links: &mut Links,
     state: &StateDir,
-    record: &Record,
+    claim: &Recorded,
     mtu: u32,
     netns: &Netns,
     ctr: &mut Socket,
-) -> Result<()> {
-    links.create(&SEAL, state, record, mtu, netns, ctr)
+) -> Result<Linked> {
+    links.create(&SEAL, state, claim, mtu, netns, ctr)?;
+    Ok(Linked(claim.0.clone()))
 }
 
-/// Registers recorded attachments by their route: `POST /vm` with the record itself, or
+/// Registers linked attachments by their route: `POST /vm` with the record itself, or
 /// `POST /port` with [`Record::port_body`] (vhost-user).
-pub(crate) fn register(agent: &Agent, records: &[Record]) -> Result<()> {
-    records.iter().try_for_each(|r| match r.route {
+pub(crate) fn register(agent: &Agent, linked: &[Linked]) -> Result<()> {
+    linked.iter().try_for_each(|r| match r.route {
         Route::Vm => agent.register(&SEAL, &r.port()),
         Route::Port => agent.register_port(&SEAL, &r.port_body()),
     })
@@ -104,6 +129,10 @@ pub(crate) fn try_open(
 }
 
 /// Ends a critical section on the pod: its directory goes when nothing is left in it.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "state::ledger::close is the one closer of a pod's directory"
+)]
 pub(crate) fn close(pod: PodDir) -> Result<()> {
     let path = pod.path().to_path_buf();
     pod.close().map_err(Error::io("removing", &path))

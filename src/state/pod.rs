@@ -255,6 +255,10 @@ impl PodDir {
     }
 
     /// Writes an attachment's record atomically, in place of a reservation of its VMI.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "state::pod writes the ledger's records"
+    )]
     pub(super) fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(&record.file_json()).map_err(io::Error::other)?;
         let dir = self.dir()?;

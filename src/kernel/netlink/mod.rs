@@ -333,6 +333,10 @@ impl Socket {
     /// not be deleted with why. The kernel makes every deletion wait for an RCU grace period
     /// (~20 ms): several links are put in a netdev group of their own and deleted with one
     /// request, which waits once for all of them.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the socket's own removal of several links, for kernel::links"
+    )]
     pub(crate) fn delete_links(&mut self, names: &[&str]) -> Vec<(String, Error)> {
         let group = match names {
             [] => return Vec::new(),
