@@ -8,8 +8,7 @@
 //! rate and the turns are read from what the agent received.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
@@ -63,24 +62,9 @@ impl Add {
         let args = pod.multus_args(cid);
         let netns = ns.path();
         let env = node.env("ADD", cid, &netns, "eth0", &args);
-        let mut child = Command::new(plugin_bin())
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
         let conf = node.netconf("1.0.0", "contrail-k8s-cni").to_string();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf.as_bytes())
-            .unwrap();
         Add {
-            child,
+            child: start_plugin(&env, conf.as_bytes()),
             started: Instant::now(),
         }
     }
@@ -91,11 +75,10 @@ impl Add {
 
     /// Its exit: whether it succeeded, what it printed, how long it took.
     fn finish(self) -> (bool, Value, Duration) {
-        let out = self.child.wait_with_output().unwrap();
+        let out = finish(self.child);
         let took = self.started.elapsed();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let printed = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-        (out.status.success(), printed, took)
+        let printed = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        (out.ok, printed, took)
     }
 }
 

@@ -4,7 +4,7 @@
 //! the agent's registrations still follow the state files and that no call outlived its deadline.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
@@ -118,19 +118,7 @@ fn spawn(fx: &Fixture, command: &str, ifname: &str, network: &str) -> Child {
     let args = fx.args();
     let netns = fx.ns.path();
     let env = fx.node.env(command, &fx.cid, &netns, ifname, &args);
-    let mut child = Command::new(plugin_bin())
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    let conf = fx.conf(network).to_string();
-    let _ = child.stdin.take().unwrap().write_all(conf.as_bytes());
-    child
+    start_plugin(&env, fx.conf(network).to_string().as_bytes())
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -159,8 +147,7 @@ fn a_del_waits_for_a_stopped_add_no_longer_than_its_deadline() {
     // Thawed, the ADD sees the DEL's request to stop and rolls back; the runtime's next DEL
     // finds nothing left to do.
     signal(&add, "-CONT");
-    let out = add.wait_with_output().unwrap();
-    assert!(!out.status.success());
+    assert!(!finish(add).ok);
     fx.del("eth0", "default").assert_ok();
     fx.assert_nothing_left();
 }

@@ -7,7 +7,6 @@
 //! leave nothing.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use contrail_testkit::*;
@@ -223,13 +222,7 @@ fn check_fails_on_every_tampering() {
 #[test]
 fn inspect_reports_every_tampering() {
     each("inspect", |c, t, case| {
-        let conf = c.fx.node.node_file();
-        let out = Command::new(plugin_bin())
-            .args(["inspect", "--json", "--config", conf.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{case}");
-        let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = c.fx.node.inspect();
         let health = |vmi: &str| {
             rows.iter()
                 .find(|r| r["vmi"] == vmi)

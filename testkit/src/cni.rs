@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
@@ -60,6 +60,28 @@ pub fn run_cni(bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
 
 /// [`run_cni`] under a wrapper command (`timeout`, `prlimit`...) that execs the plugin.
 pub fn run_wrapped(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    finish(spawn(wrapper, bin, env, stdin))
+}
+
+/// Starts the plugin binary as a runtime does, without waiting for it: for a test that signals
+/// a call while it runs. [`finish`] collects it.
+pub fn start_plugin(env: &[(&str, &str)], stdin: &[u8]) -> Child {
+    spawn(&[], &plugin_bin(), env, stdin)
+}
+
+/// What a started call printed and how it exited.
+pub fn finish(child: Child) -> Output {
+    let out = child.wait_with_output().unwrap();
+    Output {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// The one way the tests start a CNI call: only PATH and the call's own environment, stdin
+/// written and closed.
+fn spawn(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Child {
     let mut argv: Vec<&std::ffi::OsStr> = wrapper.iter().map(|a| a.as_ref()).collect();
     argv.push(bin.as_os_str());
     let mut child = Command::new(argv[0])
@@ -74,10 +96,5 @@ pub fn run_wrapped(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: 
         .unwrap();
     // A plugin that rejects its environment exits before reading stdin, as runtimes allow.
     let _ = child.stdin.take().unwrap().write_all(stdin);
-    let out = child.wait_with_output().unwrap();
-    Output {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
-    }
+    child
 }
