@@ -169,16 +169,7 @@ pub fn run(
     let env = match env {
         Ok(e) => match Op::of(e.command) {
             Some(op) => Ok((e, op)),
-            None => {
-                // Probes (podman, libcni) may send an empty or partial config: answer regardless.
-                let stdin = stdin.unwrap_or_default();
-                let requested = serde_json::from_slice::<Value>(&stdin).ok();
-                let requested = requested
-                    .as_ref()
-                    .and_then(|v| v.get("cniVersion"))
-                    .and_then(Value::as_str);
-                return Ok(Some(cni::version_info(requested)));
-            }
+            None => return Ok(Some(version_info(stdin))),
         },
         Err(e) => Err(e),
     };
@@ -203,57 +194,95 @@ pub fn run(
     let command = env.as_ref().map_or("invalid", |(e, _)| e.command.as_str());
     let result = node.and_then(|node| {
         let (env, op) = env?;
-        for w in &node.warnings {
-            log::warn!("{w}");
-        }
-        let conf = match stdin.and_then(|stdin| config::parse(&stdin, &node)) {
-            Ok(conf) => conf,
-            // A pod must be able to go whatever its network's config became: DEL needs only
-            // its environment and the node's settings.
-            Err(e) if env.command == Command::Del => {
-                log::warn!("DEL with the node's settings: its network config cannot be read: {e}");
-                config::NetConf::node_only(&node)
-            }
-            Err(e) => return Err(e),
-        };
-        *version = conf.cni_version.as_str().to_string();
-        line.network = conf.network.clone();
-        for w in &conf.warnings {
-            log::warn!("{w}");
-        }
-        if let Some(refusal) = conf.refusal() {
-            // A DEL must go through, or a pod whose NAD went stale never goes: it acts with the
-            // node's settings, which are the only ones that count.
-            if env.command != Command::Del {
-                return Err(refusal);
-            }
-            log::warn!("DEL with the node's settings: {refusal}");
-        }
-        let pod = pod::from_args(&env.args)?;
-        let on = match op {
-            // They act on the node.
-            Op::Gc => return node::gc(&conf, started).map(|()| None),
-            Op::Status => return node::status(&conf, started).map(|()| None),
-            Op::Attachment(on) => on,
-        };
-        let (container_id, interface) = (env.container_id()?, env.ifname()?);
-        let mut call = Call {
-            env: &env,
-            container_id,
-            interface,
-            conf: &conf,
-            pod: pod.as_ref(),
-            vmis: Vec::new(),
-            started,
-        };
-        let result = dispatch(&mut call, on);
-        if !call.vmis.is_empty() {
-            line.vmis = call.vmis.join(",");
-        }
-        result
+        call(&env, op, &node, stdin, version, &mut line, started)
     });
+    record(&contrail, &line, command, &result, started);
+    result
+}
+
+/// VERSION, and whatever a probe sends (podman and libcni may send an empty or partial
+/// config): answered regardless.
+fn version_info(stdin: Result<Vec<u8>>) -> Value {
+    let stdin = stdin.unwrap_or_default();
+    let requested = serde_json::from_slice::<Value>(&stdin).ok();
+    let requested = requested
+        .as_ref()
+        .and_then(|v| v.get("cniVersion"))
+        .and_then(Value::as_str);
+    cni::version_info(requested)
+}
+
+/// One call of a command that acts, with the node's settings read: its network's config, its
+/// refusals, then the command; what the log line says of it goes into `line`.
+fn call(
+    env: &Env,
+    op: Op,
+    node: &config::Node,
+    stdin: Result<Vec<u8>>,
+    version: &mut String,
+    line: &mut Line,
+    started: Instant,
+) -> Result<Option<Value>> {
+    for w in &node.warnings {
+        log::warn!("{w}");
+    }
+    let conf = match stdin.and_then(|stdin| config::parse(&stdin, node)) {
+        Ok(conf) => conf,
+        // A pod must be able to go whatever its network's config became: DEL needs only its
+        // environment and the node's settings.
+        Err(e) if env.command == Command::Del => {
+            log::warn!("DEL with the node's settings: its network config cannot be read: {e}");
+            config::NetConf::node_only(node)
+        }
+        Err(e) => return Err(e),
+    };
+    *version = conf.cni_version.as_str().to_string();
+    line.network = conf.network.clone();
+    for w in &conf.warnings {
+        log::warn!("{w}");
+    }
+    if let Some(refusal) = conf.refusal() {
+        // A DEL must go through, or a pod whose NAD went stale never goes: it acts with the
+        // node's settings, which are the only ones that count.
+        if env.command != Command::Del {
+            return Err(refusal);
+        }
+        log::warn!("DEL with the node's settings: {refusal}");
+    }
+    let pod = pod::from_args(&env.args)?;
+    let on = match op {
+        // They act on the node.
+        Op::Gc => return node::gc(&conf, started).map(|()| None),
+        Op::Status => return node::status(&conf, started).map(|()| None),
+        Op::Attachment(on) => on,
+    };
+    let (container_id, interface) = (env.container_id()?, env.ifname()?);
+    let mut call = Call {
+        env,
+        container_id,
+        interface,
+        conf: &conf,
+        pod: pod.as_ref(),
+        vmis: Vec::new(),
+        started,
+    };
+    let result = dispatch(&mut call, on);
+    if !call.vmis.is_empty() {
+        line.vmis = call.vmis.join(",");
+    }
+    result
+}
+
+/// The call's one line in the node's log, and its metrics when the node keeps them.
+fn record(
+    contrail: &config::Contrail,
+    line: &Line,
+    command: &'static str,
+    result: &Result<Option<Value>>,
+    started: Instant,
+) {
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    match &result {
+    match result {
         Ok(_) => log::info!("{line}: ok in {ms:.1} ms"),
         Err(e) => log::error!("{line}: failed in {ms:.1} ms (code {}): {e}", e.code()),
     }
@@ -271,7 +300,6 @@ pub fn run(
             log::warn!("updating metrics file {}: {e}", path.display());
         }
     }
-    result
 }
 
 /// Runs a command on the call's attachments.
