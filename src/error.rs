@@ -19,6 +19,7 @@ use crate::agent::http::{Failure, HttpViolation, Request, TransportError};
 use crate::agent::wait::{Awaited, Pending};
 use crate::cni::SUPPORTED_VERSIONS;
 pub use crate::cni::{BadEnv, EnvProblem};
+use crate::ids::VmName;
 pub use crate::kernel::conflict::Conflict;
 pub use crate::kernel::interface::Mismatch;
 use crate::kernel::netlink;
@@ -165,7 +166,7 @@ pub enum Error {
     /// No VMI of the pod fits the attachment (interface `ifname`).
     #[error("{}", no_vmi_message(vm_name, network, ifname, why))]
     NoVmi {
-        vm_name: String,
+        vm_name: VmName,
         network: String,
         ifname: String,
         why: Unresolved,
@@ -180,7 +181,7 @@ pub enum Error {
     Check(Mismatch),
     /// A failure in one pod's state (GC, the sweep).
     #[error("pod {vm_name}: {source}")]
-    Pod { vm_name: String, source: Box<Error> },
+    Pod { vm_name: VmName, source: Box<Error> },
     /// Several failures of one call: the first decides its code; the others came while the
     /// call rolled back or went on to the node's other pods.
     #[error("{}", several_message(first, also, *during))]
@@ -453,7 +454,7 @@ mod tests {
         ));
         assert!(Error::several(Vec::new(), During::NodeWide).is_ok());
         let pod = Error::Pod {
-            vm_name: "k8s__a__b".into(),
+            vm_name: VmName::parse("k8s__a__b").unwrap(),
             source: Box::new(lost),
         };
         assert_eq!(pod.code(), code::TRY_AGAIN_LATER);

@@ -17,7 +17,7 @@ use crate::cni::pod::Pod;
 use crate::config::Contrail;
 use crate::crash::{self, Step};
 use crate::error::{AgentFault, Error, LastPoll, Result};
-use crate::ids::{VmUuid, VmiUuid};
+use crate::ids::{VmName, VmUuid, VmiUuid};
 use crate::state::ledger::seal::Seal;
 use crate::vmi::{self, IpConfig, Malformed, Vmi};
 
@@ -135,7 +135,7 @@ impl Agent {
     }
 
     /// The error for pod `vm_name`'s VMIs that this node cannot take as the agent sent them.
-    pub(crate) fn refused_pod(&self, vm_name: &str, why: Malformed) -> Error {
+    pub(crate) fn refused_pod(&self, vm_name: &VmName, why: Malformed) -> Error {
         self.refused(Method::Get, &format!("/vm-cfg/{vm_name}"), why)
     }
 
@@ -278,7 +278,7 @@ impl Agent {
     /// `GET /vm-cfg/<vm-name>` until the pod has all N of its VMIs, the first look ahead of
     /// polls (it starts the ADD), the next ones polls. An answer that is not the pod's (a VMI
     /// annotated for another pod, VMIs of several VMs) is refused at once.
-    pub fn wait_for_pod(&self, pod: &Pod, vm_name: &str) -> Result<Vec<Vmi>> {
+    pub fn wait_for_pod(&self, pod: &Pod, vm_name: &VmName) -> Result<Vec<Vmi>> {
         let path = format!("/vm-cfg/{vm_name}");
         let mut class = Class::Ahead;
         self.poll(
@@ -324,7 +324,7 @@ impl Agent {
     pub(crate) fn pod_config(
         &self,
         class: Class,
-        vm_name: &str,
+        vm_name: &VmName,
         timeout: Duration,
     ) -> Result<Option<Vec<Vmi>>> {
         let path = format!("/vm-cfg/{vm_name}");

@@ -1,6 +1,7 @@
 //! Pod identity from CNI_ARGS, as Multus, CNI-Genie and podman send it.
 
 use crate::cni::{BadEnv, EnvProblem, valid_name};
+use crate::ids::VmName;
 
 /// The pod an invocation is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,9 +11,19 @@ pub struct Pod {
 }
 
 impl Pod {
-    /// The agent's VM name: `<cluster-name>__<namespace>__<pod>`.
-    pub fn vm_name(&self, cluster: &str) -> String {
-        format!("{cluster}__{}__{}", self.namespace, self.name)
+    /// The agent's VM name, `<cluster-name>__<namespace>__<pod>`: a directory name in the
+    /// state directory, so checked as one before anything uses it.
+    pub fn vm_name(&self, cluster: &str) -> Result<VmName, BadEnv> {
+        let name = format!("{cluster}__{}__{}", self.namespace, self.name);
+        VmName::parse(name.as_str()).map_err(|_| {
+            BadEnv::new(
+                "CNI_ARGS",
+                EnvProblem::BadName {
+                    key: Some("K8S_POD_NAMESPACE and K8S_POD_NAME"),
+                    value: name,
+                },
+            )
+        })
     }
 }
 
@@ -87,7 +98,7 @@ mod tests {
                 name: "web-0".into(),
             }
         );
-        assert_eq!(pod.vm_name("k8s"), "k8s__ns1__web-0");
+        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__ns1__web-0");
     }
 
     #[test]
@@ -103,7 +114,7 @@ mod tests {
         let pod = from_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=g")
             .unwrap()
             .unwrap();
-        assert_eq!(pod.vm_name("k8s"), "k8s__default__g");
+        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__default__g");
     }
 
     #[test]
@@ -111,7 +122,7 @@ mod tests {
         let pod = from_args("IgnoreUnknown=1;K8S_POD_NAME=my_ctr")
             .unwrap()
             .unwrap();
-        assert_eq!(pod.vm_name("k8s"), "k8s__default__my_ctr");
+        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__default__my_ctr");
     }
 
     #[test]

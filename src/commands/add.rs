@@ -39,7 +39,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     let contrail = &call.conf.contrail;
     let dir = &contrail.config_dir;
     let state = StateDir::open(dir).map_err(Error::io("opening", dir))?;
-    let vm_name = pod.vm_name(&contrail.cluster_name);
+    let vm_name = pod.vm_name(&contrail.cluster_name)?;
     // Held for the whole call: a duplicate ADD waits for this one, a DEL asks it to stop. Its
     // file goes when it is dropped, on every return path.
     let lock = call.lock(&state, &vm_name)?;
@@ -79,7 +79,7 @@ struct Add<'a> {
     ctr: Socket,
     netns: Netns,
     state: StateDir,
-    vm_name: String,
+    vm_name: VmName,
     /// A vhost-user attachment (`interface-type`).
     vhost: Option<Vhost>,
 }
@@ -494,7 +494,7 @@ impl Add<'_> {
 fn record(
     env: &Env,
     container_id: &ContainerId,
-    vm_name: &str,
+    vm_name: &VmName,
     w: &Wanted,
     host_ifname: String,
 ) -> Result<Record> {
@@ -506,15 +506,7 @@ fn record(
         time: format!("{}.{:03}", t.as_secs(), t.subsec_millis()),
         container_id: container_id.clone(),
         vm_uuid: vmi.vm_uuid.clone(),
-        vm_name: VmName::parse(vm_name).map_err(|_| {
-            BadEnv::new(
-                "CNI_ARGS",
-                EnvProblem::BadName {
-                    key: Some("K8S_POD_NAMESPACE and K8S_POD_NAME"),
-                    value: vm_name.to_string(),
-                },
-            )
-        })?,
+        vm_name: vm_name.clone(),
         host_ifname: IfName::parse(host_ifname).map_err(|_| Error::Internal)?,
         ifname: w.ifname.clone(),
         netns: env.netns.clone(),

@@ -8,7 +8,7 @@ use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem};
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
-use crate::ids::{ContainerId, IfName};
+use crate::ids::{ContainerId, IfName, VmName};
 use crate::kernel::netlink::Netns;
 use crate::state::{Lock, PodFiles, Record, StateDir};
 
@@ -50,7 +50,7 @@ impl Call<'_> {
     }
 
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
-    pub(crate) fn lock(&self, state: &StateDir, vm_name: &str) -> Result<Lock> {
+    pub(crate) fn lock(&self, state: &StateDir, vm_name: &VmName) -> Result<Lock> {
         let ifname = self.ifname().unwrap_or("");
         let deadline = self.started + self.conf.contrail.poll_budget();
         state
@@ -69,13 +69,20 @@ impl Call<'_> {
     /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
     /// else the one holding them (a DEL from a caller that sends no pod name). `None` when
     /// there is nothing to act on.
-    pub(crate) fn locate(&self) -> Result<Option<(StateDir, String)>> {
+    pub(crate) fn locate(&self) -> Result<Option<(StateDir, VmName)>> {
         let dir = &self.conf.contrail.config_dir;
         let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? else {
             return Ok(None);
         };
         let vm_name = match self.pod {
-            Some(p) => p.vm_name(&self.conf.contrail.cluster_name),
+            Some(p) => match p.vm_name(&self.conf.contrail.cluster_name) {
+                Ok(name) => name,
+                // No directory of the state can have that name: nothing of it to act on.
+                Err(e) => {
+                    log::warn!("{e}: no state can be this pod's");
+                    return Ok(None);
+                }
+            },
             None => match state
                 .find_pod(self.container_id, self.ifname())
                 .map_err(Error::io("searching", dir))?

@@ -5,6 +5,7 @@
 use crate::agent::Agent;
 use crate::commands::call::Call;
 use crate::error::{Error, Result};
+use crate::ids::VmName;
 use crate::kernel::links::Links;
 use crate::state::ledger;
 use crate::state::{Lock, StateDir};
@@ -26,7 +27,7 @@ pub fn del(call: &mut Call) -> Result<()> {
 }
 
 /// The attachment's lock; when an ADD holds it, that ADD is asked to stop first.
-fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &str) -> Result<Lock> {
+fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &VmName) -> Result<Lock> {
     let (cid, ifname) = (call.container_id, call.ifname().unwrap_or(""));
     let locking = || Error::io("locking the attachment in", state.path());
     match state
@@ -45,7 +46,7 @@ fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &str) -> Result<
 }
 
 /// DEL under the attachment's lock.
-fn remove(call: &mut Call, state: &StateDir, vm_name: &str) -> Result<()> {
+fn remove(call: &mut Call, state: &StateDir, vm_name: &VmName) -> Result<()> {
     if !state
         .has_pod(vm_name)
         .map_err(Error::io("reading", state.path()))?

@@ -8,6 +8,7 @@ use crate::agent::Agent;
 use crate::commands::call::scope;
 use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
+use crate::ids::VmName;
 use crate::kernel::links::Links;
 use crate::state::ledger;
 use crate::state::{Record, StateDir, sandbox_gone};
@@ -128,7 +129,7 @@ fn release_in(
     agent: &Agent,
     links: &mut Links,
     state: &StateDir,
-    vm_name: &str,
+    vm_name: &VmName,
 ) -> Result<usize> {
     // A pod a call is working on is skipped: this never waits for a slow call, and that call,
     // or the next pass, finishes what is pending.

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::ids::VmName;
+
 /// Why an interface cannot be made as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conflict {
@@ -11,7 +13,7 @@ pub enum Conflict {
     /// Gone right after it was made (something else deletes links).
     Vanished { name: String },
     /// A host link of this name is another pod's attachment.
-    HeldByPod { name: String, pod: String },
+    HeldByPod { name: String, pod: VmName },
     /// A host link in the way (by its name, or a VLAN link by its tag on the parent) is not one
     /// this plugin makes.
     NotOurs { name: String },

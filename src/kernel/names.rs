@@ -2,6 +2,8 @@
 //! that a DEL, a crashed ADD's retry and GC find them again; short, as the kernel and the file
 //! system want them.
 
+use crate::ids::VmName;
+
 /// FNV-1a over `bytes`: small and stable across versions and machines (names made with it
 /// outlive the process that made them).
 fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
@@ -72,7 +74,7 @@ pub(crate) fn host_mac(vmi_uuid: &str) -> [u8; 6] {
 
 /// An attachment's lock file name: the pod's, then a hash of (container id, ifname). A
 /// collision only makes two calls wait for each other.
-pub(crate) fn attachment_lock(vm_name: &str, container_id: &str, ifname: &str) -> String {
+pub(crate) fn attachment_lock(vm_name: &VmName, container_id: &str, ifname: &str) -> String {
     let h = fnv1a(container_id.bytes().chain([0]).chain(ifname.bytes()));
     format!("{vm_name}@{h:016x}")
 }
@@ -118,7 +120,10 @@ mod tests {
             host_ifname("b86ac068-cf0e-11e8-b196-002590aaa964"),
             HOST_0_1_0
         );
-        assert_eq!(attachment_lock("k8s__default__p", "c1", "net1"), LOCK_0_1_0);
+        assert_eq!(
+            attachment_lock(&VmName::parse("k8s__default__p").unwrap(), "c1", "net1"),
+            LOCK_0_1_0
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::agent::{Agent, Class};
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
+use crate::ids::VmName;
 use crate::kernel::links::Links;
 use crate::kernel::netlink::{Netns, Socket};
 use crate::kernel::vhost;
@@ -525,7 +526,7 @@ fn refused(conf: &Contrail) -> Vec<Row> {
 fn stray_registrations(
     agent: &Agent,
     conf: &Contrail,
-    vm_name: &str,
+    vm_name: &VmName,
     records: &[Record],
 ) -> Vec<Row> {
     let t = conf.poll_timeout;

@@ -33,7 +33,7 @@ use std::collections::BTreeSet;
 use crate::agent::Agent;
 use crate::crash::{self, Step};
 use crate::error::{Error, Result};
-use crate::ids::VmUuid;
+use crate::ids::{VmName, VmUuid};
 use crate::kernel::links::{Links, Unremoved};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, Route, StateDir, Then};
@@ -98,7 +98,11 @@ pub(crate) fn register(agent: &Agent, linked: &[Linked]) -> Result<()> {
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
 /// agent did not answer it), and reads what the pod's directory then holds.
-pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<(PodDir, PodFiles)> {
+pub(crate) fn open(
+    agent: &Agent,
+    state: &StateDir,
+    vm_name: &VmName,
+) -> Result<(PodDir, PodFiles)> {
     let pod = state
         .lock_pod(vm_name, agent.deadline())
         .map_err(Error::locking(
@@ -115,7 +119,7 @@ pub(crate) fn open(agent: &Agent, state: &StateDir, vm_name: &str) -> Result<(Po
 pub(crate) fn try_open(
     agent: &Agent,
     state: &StateDir,
-    vm_name: &str,
+    vm_name: &VmName,
 ) -> Result<Option<(PodDir, PodFiles)>> {
     let pod = state.try_lock_pod(vm_name).map_err(Error::io(
         "locking pod state in",

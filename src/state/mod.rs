@@ -44,7 +44,7 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{SFlag, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use crate::cni::valid_name;
+use crate::ids::VmName;
 use crate::kernel::names::attachment_lock;
 use crate::state::files::{entries, flags, io, is_kind, is_temp, mode, stat_at};
 
@@ -118,18 +118,18 @@ impl StateDir {
     }
 
     /// The pods: real directories with a VM name (never a symlink; dot-names are ours).
-    pub fn pods(&self) -> io::Result<Vec<String>> {
+    pub fn pods(&self) -> io::Result<Vec<VmName>> {
         let mut pods = Vec::new();
         for (name, kind) in entries(&self.fd)? {
-            if !valid_name(&name) {
+            let Ok(vm_name) = VmName::parse(name.as_str()) else {
                 continue;
-            }
+            };
             let dir = match kind {
                 Some(t) => t == Type::Directory,
                 None => stat_at(&self.fd, &name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)),
             };
             if dir {
-                pods.push(name);
+                pods.push(vm_name);
             }
         }
         pods.sort();
@@ -137,13 +137,13 @@ impl StateDir {
     }
 
     /// Whether `vm_name` is a pod with state here (a real directory).
-    pub fn has_pod(&self, vm_name: &str) -> io::Result<bool> {
+    pub fn has_pod(&self, vm_name: &VmName) -> io::Result<bool> {
         Ok(stat_at(&self.fd, vm_name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)))
     }
 
     /// The pod holding an attachment of this container (on `ifname`, or on any interface)
     /// when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod, unlocked.
-    pub fn find_pod(&self, container_id: &str, ifname: Option<&str>) -> io::Result<Option<String>> {
+    pub fn find_pod(&self, container_id: &str, ifname: Option<&str>) -> io::Result<Option<VmName>> {
         for vm_name in self.pods()? {
             let files = self.read_pod(&vm_name)?;
             let ours =
@@ -157,9 +157,9 @@ impl StateDir {
 
     /// Another pod whose state file names host interface `host_ifname` (a scan of every pod but
     /// `vm_name`, unlocked): such a link is that pod's, never one to replace.
-    pub fn other_holder(&self, host_ifname: &str, vm_name: &str) -> io::Result<Option<String>> {
+    pub fn other_holder(&self, host_ifname: &str, vm_name: &VmName) -> io::Result<Option<VmName>> {
         for pod in self.pods()? {
-            if pod == vm_name {
+            if pod == *vm_name {
                 continue;
             }
             if self
@@ -175,21 +175,21 @@ impl StateDir {
     }
 
     /// What a pod's directory holds, read without its lock (for reports and scans).
-    pub fn read_pod(&self, vm_name: &str) -> io::Result<PodFiles> {
+    pub fn read_pod(&self, vm_name: &VmName) -> io::Result<PodFiles> {
         let dir = open_pod_dir(&self.fd, vm_name)?;
         PodFiles::read(dir.as_ref(), &self.path.join(vm_name))
     }
 
     /// Takes the pod's lock, and removes the temp files a killed writer left (every writer
     /// holds the lock, so any temp file seen here is stale).
-    pub fn lock_pod(&self, vm_name: &str, deadline: Instant) -> io::Result<PodDir> {
+    pub fn lock_pod(&self, vm_name: &VmName, deadline: Instant) -> io::Result<PodDir> {
         let lock = Lock::take(self, vm_name.to_string(), Discard::Keep, deadline)?;
         self.pod_dir(vm_name, lock)
     }
 
     /// [`StateDir::lock_pod`] if no call holds the pod's lock now: GC and the sweep skip a pod
     /// a call is working on rather than wait for it.
-    pub fn try_lock_pod(&self, vm_name: &str) -> io::Result<Option<PodDir>> {
+    pub fn try_lock_pod(&self, vm_name: &VmName) -> io::Result<Option<PodDir>> {
         match Lock::try_take(&self.locks()?, vm_name, Discard::Keep)? {
             Some(lock) => self.pod_dir(vm_name, lock).map(Some),
             None => Ok(None),
@@ -200,7 +200,7 @@ impl StateDir {
         clippy::disallowed_methods,
         reason = "removes temporary files a killed call left in the pod's state directory"
     )]
-    fn pod_dir(&self, vm_name: &str, lock: Lock) -> io::Result<PodDir> {
+    fn pod_dir(&self, vm_name: &VmName, lock: Lock) -> io::Result<PodDir> {
         let dir = open_pod_dir(&self.fd, vm_name)?;
         if let Some(dir) = &dir {
             for (name, _) in entries(dir)? {
@@ -224,7 +224,7 @@ impl StateDir {
     /// undoing its work, and a DEL never runs alongside an ADD of what it deletes.
     pub fn lock_attachment(
         &self,
-        vm_name: &str,
+        vm_name: &VmName,
         container_id: &str,
         ifname: &str,
         deadline: Instant,
@@ -240,7 +240,7 @@ impl StateDir {
     /// [`StateDir::lock_attachment`] if no call holds it now.
     pub fn try_lock_attachment(
         &self,
-        vm_name: &str,
+        vm_name: &VmName,
         container_id: &str,
         ifname: &str,
     ) -> io::Result<Option<Lock>> {
@@ -255,7 +255,7 @@ impl StateDir {
     /// looks for this between its polls of the agent ([`Lock::stop_probe`]).
     pub fn stop_attachment(
         &self,
-        vm_name: &str,
+        vm_name: &VmName,
         container_id: &str,
         ifname: &str,
     ) -> io::Result<()> {
@@ -276,9 +276,13 @@ impl StateDir {
         };
         let mut stale = Vec::new();
         for name in lock_files(&locks)? {
-            let pod = name.split('@').next().unwrap_or_default();
+            let pod = VmName::parse(name.split('@').next().unwrap_or_default()).ok();
             let is_add = name.contains('@');
-            if !is_add && self.has_pod(pod)? {
+            let held = match &pod {
+                Some(pod) => self.has_pod(pod)?,
+                None => false,
+            };
+            if !is_add && held {
                 continue;
             }
             if let Some(lock) = Lock::try_take(&locks, &name, Discard::Keep)? {
@@ -327,7 +331,9 @@ impl StateDir {
             .into_iter()
             .map(|(name, _)| name)
             .filter(|name| {
-                name != LOCKS && name != crate::agent::budget::FILE && !pods.contains(name)
+                name != LOCKS
+                    && name != crate::agent::budget::FILE
+                    && !pods.iter().any(|p| *p == **name)
             })
             .collect();
         if let Some(locks) = self.locks_dir()? {

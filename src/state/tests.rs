@@ -43,6 +43,10 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
 }
 
 const POD: &str = "k8s__default__p";
+
+fn vm(name: &str) -> VmName {
+    VmName::parse(name).unwrap()
+}
 const A: &str = "b86ac068-cf0e-11e8-b196-002590aaa964";
 const B: &str = "b86ac068-cf0e-11e8-b196-002590aaa965";
 
@@ -61,7 +65,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn write_read_remove_close_and_permissions() {
     let root = tempdir("rw");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     assert!(!root.join(POD).exists(), "no directory before a file");
     pod.write(&record(A, "c1", "net1")).unwrap();
     pod.write(&record(B, "c1", "net2")).unwrap();
@@ -87,7 +91,7 @@ fn write_read_remove_close_and_permissions() {
     pod.close().unwrap();
     assert_eq!(names(&root.join(POD)), [B], "a pod with a file stays");
     assert_eq!(names(&root.join(LOCKS)), [POD], "and so does its lock");
-    let pod = state.lock_pod(POD, later()).unwrap();
+    let pod = state.lock_pod(&vm(POD), later()).unwrap();
     pod.remove(B).unwrap();
     pod.close().unwrap();
     assert!(!root.join(POD).exists());
@@ -102,7 +106,7 @@ fn write_read_remove_close_and_permissions() {
 fn a_call_with_nothing_to_write_leaves_no_directory() {
     let root = tempdir("noop");
     let state = StateDir::open(&root).unwrap();
-    state.lock_pod(POD, later()).unwrap().close().unwrap();
+    state.lock_pod(&vm(POD), later()).unwrap().close().unwrap();
     assert_eq!(names(&root), [LOCKS]);
     assert!(names(&root.join(LOCKS)).is_empty());
     fs::remove_dir_all(&root).unwrap();
@@ -112,12 +116,15 @@ fn a_call_with_nothing_to_write_leaves_no_directory() {
 fn temp_files_of_killed_writers_go_when_the_pod_is_locked() {
     let root = tempdir("tmp");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     pod.write(&record(A, "c1", "net1")).unwrap();
     drop(pod);
     fs::write(root.join(POD).join(format!(".{B}.tmp")), "{ half").unwrap();
-    assert_eq!(state.read_pod(POD).unwrap().temps, [format!(".{B}.tmp")]);
-    let pod = state.lock_pod(POD, later()).unwrap();
+    assert_eq!(
+        state.read_pod(&vm(POD)).unwrap().temps,
+        [format!(".{B}.tmp")]
+    );
+    let pod = state.lock_pod(&vm(POD), later()).unwrap();
     assert_eq!(names(pod.path()), [A]);
     fs::remove_dir_all(&root).unwrap();
 }
@@ -138,7 +145,7 @@ fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
     let root = tempdir("torn");
     let state = StateDir::open(&root).unwrap();
     state
-        .lock_pod(POD, later())
+        .lock_pod(&vm(POD), later())
         .unwrap()
         .write(&record(A, "c1", "eth0"))
         .unwrap();
@@ -166,7 +173,7 @@ fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
     }
     let mut torn = vec![B.to_string(), e.to_string(), reserved(d)];
     torn.sort();
-    let seen = state.read_pod(POD).unwrap();
+    let seen = state.read_pod(&vm(POD)).unwrap();
     assert_eq!(seen.torn, torn, "reported without the lock");
     let unreadable: Vec<&str> = seen
         .unreadable
@@ -178,7 +185,7 @@ fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
         [c, d],
         "a future version's file, a torn one of this boot"
     );
-    let pod = state.lock_pod(POD, later()).unwrap();
+    let pod = state.lock_pod(&vm(POD), later()).unwrap();
     let files = pod.files().unwrap();
     assert!(files.torn.is_empty());
     let claimed: Vec<String> = files.claims().into_iter().map(|c| c.vmi).collect();
@@ -193,7 +200,7 @@ fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
 fn agent_written_corrupt_and_future_files() {
     let root = tempdir("corrupt");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     pod.write(&record(B, "c1", "net1")).unwrap();
     // A file the agent wrote from a legacy plugin's POST: no keys of ours.
     let agent = serde_json::json!({"time": "t", "vm-id": "c0", "vm-uuid": "40936d96-cf0e-11e8-9892-002590aaa964",
@@ -224,10 +231,7 @@ fn agent_written_corrupt_and_future_files() {
     let bad = pod.files().unwrap().unreadable;
     assert!(bad[0].port.is_none());
     drop(pod);
-    assert_eq!(
-        state.find_pod("c0", Some("eth0")).unwrap().as_deref(),
-        Some(POD)
-    );
+    assert_eq!(state.find_pod("c0", Some("eth0")).unwrap(), Some(vm(POD)));
     assert_eq!(state.find_pod("c0", Some("eth1")).unwrap(), None);
     fs::remove_dir_all(&root).unwrap();
 }
@@ -241,9 +245,9 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     // A pod directory that is a symlink elsewhere: not a pod, and never written through.
     symlink(&outside, root.join(POD)).unwrap();
     assert_eq!(state.pods().unwrap(), [] as [String; 0]);
-    assert!(!state.has_pod(POD).unwrap());
+    assert!(!state.has_pod(&vm(POD)).unwrap());
     assert_eq!(state.strays().unwrap(), [POD]);
-    let err = match state.lock_pod(POD, later()) {
+    let err = match state.lock_pod(&vm(POD), later()) {
         Ok(mut pod) => pod.write(&record(A, "c1", "net1")).unwrap_err(),
         Err(e) => e,
     };
@@ -254,7 +258,7 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     // A temp file that is a symlink: its target is not overwritten.
     let target = outside.join("precious");
     fs::write(&target, "keep").unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     pod.write(&record(B, "c1", "net1")).unwrap();
     symlink(&target, root.join(POD).join(format!(".{A}.tmp"))).unwrap();
     pod.write(&record(A, "c1", "net2")).unwrap();
@@ -264,7 +268,7 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     // A dangling lock symlink: its target is not created.
     let planted = outside.join("planted");
     symlink(&planted, root.join(LOCKS).join("k8s__default__q")).unwrap();
-    assert!(state.lock_pod("k8s__default__q", later()).is_err());
+    assert!(state.lock_pod(&vm("k8s__default__q"), later()).is_err());
     assert!(!planted.exists());
 
     // A FIFO and a symlink to /dev/zero as state files: unreadable at once, no hang.
@@ -274,7 +278,7 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     nix::unistd::mkfifo(&dir.join(A), mode(0o600)).unwrap();
     symlink("/dev/zero", dir.join(B)).unwrap();
     let started = Instant::now();
-    let files = state.read_pod(POD).unwrap();
+    let files = state.read_pod(&vm(POD)).unwrap();
     // Neither is read: a FIFO's read would wait forever, /dev/zero's would never end.
     assert!(started.elapsed() < Duration::from_secs(30));
     let why: Vec<&str> = files.unreadable.iter().map(|u| u.why.as_str()).collect();
@@ -288,7 +292,7 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     // An oversized file.
     fs::remove_file(dir.join(B)).unwrap();
     fs::write(dir.join(B), vec![b' '; MAX_FILE as usize + 1]).unwrap();
-    let files = state.read_pod(POD).unwrap();
+    let files = state.read_pod(&vm(POD)).unwrap();
     assert!(files.unreadable[1].why.contains("larger than"));
     fs::remove_dir_all(&root).unwrap();
     fs::remove_dir_all(&outside).unwrap();
@@ -298,10 +302,10 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
 fn a_lock_held_past_the_deadline_is_refused_and_one_removed_is_taken_fresh() {
     let root = tempdir("lock");
     let state = StateDir::open(&root).unwrap();
-    let first = state.lock_pod(POD, later()).unwrap();
+    let first = state.lock_pod(&vm(POD), later()).unwrap();
     // A holder that never lets go (stopped, stuck) holds nobody beyond their deadline.
     let started = Instant::now();
-    let busy = state.lock_pod(POD, started + Duration::from_millis(50));
+    let busy = state.lock_pod(&vm(POD), started + Duration::from_millis(50));
     let e = busy.err().expect("the lock is held");
     assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     assert!(e.to_string().contains(&format!("{LOCKS}/{POD}")), "{e}");
@@ -311,12 +315,12 @@ fn a_lock_held_past_the_deadline_is_refused_and_one_removed_is_taken_fresh() {
     let root2 = root.clone();
     let waiter = std::thread::spawn(move || {
         let state = StateDir::open(&root2).unwrap();
-        let mut pod = state.lock_pod(POD, later()).unwrap();
+        let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
         pod.write(&record(A, "c2", "net1")).unwrap();
     });
     first.close().unwrap();
     waiter.join().unwrap();
-    let pod = state.lock_pod(POD, later()).unwrap();
+    let pod = state.lock_pod(&vm(POD), later()).unwrap();
     assert_eq!(pod.files().unwrap().records.len(), 1);
     fs::remove_dir_all(&root).unwrap();
 }
@@ -325,7 +329,7 @@ fn a_lock_held_past_the_deadline_is_refused_and_one_removed_is_taken_fresh() {
 fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
     let root = tempdir("release");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     let (a, b) = (record(A, "c1", "net1"), record(B, "c1", "net2"));
     pod.write(&a).unwrap();
     pod.write(&b).unwrap();
@@ -380,7 +384,7 @@ fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
 fn a_pending_deregistration_of_version_0_1_0_is_read() {
     let root = tempdir("legacy");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     pod.write(&record(A, "c1", "net1")).unwrap();
     let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
     // Its vm-uuid names a request path: anything but a uuid is no marker.
@@ -403,7 +407,7 @@ fn a_pending_deregistration_of_version_0_1_0_is_read() {
 fn records_whose_identifiers_break_the_rules_are_unreadable() {
     let root = tempdir("names");
     let state = StateDir::open(&root).unwrap();
-    let mut pod = state.lock_pod(POD, later()).unwrap();
+    let mut pod = state.lock_pod(&vm(POD), later()).unwrap();
     let vm = "40936d96-cf0e-11e8-9892-002590aaa964";
     let injected = format!("{vm} HTTP/1.1\r\nX-Injected: 1");
     // Makes the pod's directory, and is replaced by each case.
@@ -445,9 +449,11 @@ fn records_whose_identifiers_break_the_rules_are_unreadable() {
 fn stale_locks_are_swept_and_held_ones_kept() {
     let root = tempdir("sweep");
     let state = StateDir::open(&root).unwrap();
-    let held = state.lock_attachment(POD, "c1", "net1", later()).unwrap();
+    let held = state
+        .lock_attachment(&vm(POD), "c1", "net1", later())
+        .unwrap();
     fs::write(root.join(LOCKS).join("k8s__default__gone"), "").unwrap();
-    let mut live = state.lock_pod("k8s__default__live", later()).unwrap();
+    let mut live = state.lock_pod(&vm("k8s__default__live"), later()).unwrap();
     live.write(&record(A, "c1", "net1")).unwrap();
     drop(live);
     assert_eq!(state.stale_locks(false).unwrap(), ["k8s__default__gone"]);
