@@ -82,6 +82,43 @@ impl Add {
     }
 }
 
+/// A network namespace and a container id for each of `pods`.
+fn sandboxes(pods: &[PodSpec]) -> (Vec<Netns>, Vec<String>) {
+    (
+        pods.iter().map(|_| Netns::new()).collect(),
+        pods.iter().map(|_| uuid()).collect(),
+    )
+}
+
+/// Each pod's ADD, started at once, in its sandbox.
+fn start_all(node: &Node, pods: &[PodSpec], cids: &[String], nss: &[Netns]) -> Vec<Add> {
+    pods.iter()
+        .zip(cids)
+        .zip(nss)
+        .map(|((pod, cid), ns)| Add::start(node, pod, cid, ns))
+        .collect()
+}
+
+/// Every call killed and reaped.
+fn kill_all(adds: Vec<Add>) {
+    for add in &adds {
+        add.signal("-KILL");
+    }
+    for add in adds {
+        add.finish();
+    }
+}
+
+/// The time a call of `command` waited for its turns, as it measured it (its metrics file).
+fn budget_wait(metrics: &std::path::Path, command: &str) -> f64 {
+    let text = std::fs::read_to_string(metrics).unwrap();
+    let key = format!("contrail_cni_budget_wait_seconds_sum{{command=\"{command}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {command} budget wait in {text}"))
+}
+
 /// Every request the agent received: (arrival on CLOCK_MONOTONIC in ns, "METHOD path"), a
 /// registration's with the VMI it registers ("POST /vm <vmi>").
 fn received(sim: &Sim) -> Vec<(u64, String)> {
@@ -171,14 +208,8 @@ fn a_hundred_and_twenty_waiting_calls_share_the_nodes_budget_and_each_gets_its_t
     let pods = pods(n, 5000);
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 40);
-    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
-    let adds: Vec<Add> = pods
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (nss, cids) = sandboxes(&pods);
+    let adds = start_all(&node, &pods, &cids, &nss);
     for (add, pod) in adds.into_iter().zip(&pods) {
         let (ok, printed, _) = add.finish();
         assert!(ok, "{}: {printed}", pod.name);
@@ -217,14 +248,8 @@ fn calls_killed_or_stopped_while_they_wait_for_turns_hold_up_nobody() {
     let pods = pods(n, 8000);
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 30);
-    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
-    let adds: Vec<Add> = pods
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (nss, cids) = sandboxes(&pods);
+    let adds = start_all(&node, &pods, &cids, &nss);
     // A third of the calls booked turns and are then killed, another third frozen, while the
     // queue of turns is seconds long.
     wait_for("the queue of turns", Duration::from_secs(10), || {
@@ -270,14 +295,8 @@ fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resu
     pods.push(witness.clone());
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 40);
-    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
-    let adds: Vec<Add> = pods
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (nss, cids) = sandboxes(&pods);
+    let adds = start_all(&node, &pods, &cids, &nss);
     wait_for("every registration", Duration::from_secs(30), || {
         sim.ports().len() == n + 1
     });
@@ -315,12 +334,7 @@ fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resu
         "{busiest} requests within one second once {n} calls late for their turns resumed, \
          budget {rate}"
     );
-    for add in &adds {
-        add.signal("-KILL");
-    }
-    for add in adds {
-        add.finish();
-    }
+    kill_all(adds);
     del_all(&mut node, &sim, &pods, &cids, &nss);
 }
 
@@ -340,14 +354,8 @@ fn a_call_that_waited_less_than_any_lately_leaves_the_polls_to_those_that_waited
     pods.extend([teacher.clone(), young.clone(), alone.clone()]);
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 40);
-    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
-    let mut adds: Vec<Add> = pods[..=n]
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (nss, cids) = sandboxes(&pods);
+    let mut adds = start_all(&node, &pods[..=n], &cids, &nss);
     let (ok, printed, _) = adds.pop().unwrap().finish();
     assert!(ok, "{printed}");
     // The crowd has waited longer than the teacher did: its calls poll in turn, as many as the
@@ -373,12 +381,7 @@ fn a_call_that_waited_less_than_any_lately_leaves_the_polls_to_those_that_waited
     );
     // Once nobody else waits, a call polls at once: the budget leaves a call alone untouched.
     // Its own wait for turns, as it measured it (its metrics), is far below the 2.7 s.
-    for add in &adds {
-        add.signal("-KILL");
-    }
-    for add in adds {
-        add.finish();
-    }
+    kill_all(adds);
     let collector = TempDir::new();
     let metrics = collector.0.join("metrics.prom");
     node.set("metrics-file", json!(metrics));
@@ -386,12 +389,7 @@ fn a_call_that_waited_less_than_any_lately_leaves_the_polls_to_those_that_waited
     let (ok, printed, _) = add.finish();
     assert!(ok, "{printed}");
     node.set("metrics-file", Value::Null);
-    let text = std::fs::read_to_string(&metrics).unwrap();
-    let waited = text
-        .lines()
-        .find_map(|l| l.strip_prefix("contrail_cni_budget_wait_seconds_sum{command=\"ADD\"} "))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no ADD budget wait in {text}"));
+    let waited = budget_wait(&metrics, "ADD");
     assert!(waited < 1.0, "a call alone waited {waited}s for turns");
     del_all(&mut node, &sim, &pods, &cids, &nss);
 }
@@ -415,14 +413,8 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     node.call("ADD", &early_cid, &early_ns.path(), "eth0", &args, &conf)
         .assert_ok();
     let crowd = &pods[..n];
-    let mut nss: Vec<Netns> = crowd.iter().map(|_| Netns::new()).collect();
-    let mut cids: Vec<String> = crowd.iter().map(|_| uuid()).collect();
-    let adds: Vec<Add> = crowd
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (mut nss, mut cids) = sandboxes(crowd);
+    let adds = start_all(&node, crowd, &cids, &nss);
     // Every call of the crowd registered and polls, one turn each in a queue of n/rate = 5 s.
     // (Their 200 requests before their registrations take 10 s of the budget, and at most
     // half of it once the first poll: under 20 s.)
@@ -479,12 +471,7 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     node.set("metrics-file", json!(metrics));
     node.call("DEL", &early_cid, &early_ns.path(), "eth0", &args, &conf)
         .assert_ok();
-    let text = std::fs::read_to_string(&metrics).unwrap();
-    let waited = text
-        .lines()
-        .find_map(|l| l.strip_prefix("contrail_cni_budget_wait_seconds_sum{command=\"DEL\"} "))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("no DEL budget wait in {text}"));
+    let waited = budget_wait(&metrics, "DEL");
     assert!(
         waited < queue.as_secs_f64() / 4.0,
         "the DEL waited {waited}s for turns with polls queued {queue:?} ahead"
@@ -494,12 +481,7 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     let (ok, printed, _) = late_add.finish();
     assert!(ok, "{printed}");
     assert_eq!(late_ns.mac("eth0"), late.vmis[0].mac);
-    for add in &adds {
-        add.signal("-KILL");
-    }
-    for add in adds {
-        add.finish();
-    }
+    kill_all(adds);
     let mut rest = pods[..n].to_vec();
     rest.push(late);
     cids.push(late_cid);
@@ -513,14 +495,8 @@ fn a_call_never_waits_for_a_turn_beyond_its_deadline() {
     let pods = pods(n, 0);
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
     let mut node = node(&sim, rate, deadline.as_secs() as u32);
-    let nss: Vec<Netns> = pods.iter().map(|_| Netns::new()).collect();
-    let cids: Vec<String> = pods.iter().map(|_| uuid()).collect();
-    let adds: Vec<Add> = pods
-        .iter()
-        .zip(&cids)
-        .zip(&nss)
-        .map(|((pod, cid), ns)| Add::start(&node, pod, cid, ns))
-        .collect();
+    let (nss, cids) = sandboxes(&pods);
+    let adds = start_all(&node, &pods, &cids, &nss);
     let spawned = adds.last().unwrap().started - adds[0].started;
     let mut refused = 0;
     for add in adds {
