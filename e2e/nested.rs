@@ -452,6 +452,31 @@ fn a_thick_pod_on_a_nested_node() {
     nothing_left(&fx, &parent);
 }
 
+/// A thick ADD whose second VMI has no usable tag records none of the pod's attachments: every
+/// record is made (and refused) before the first is written.
+#[cfg(feature = "thick")]
+#[test]
+fn a_thick_pod_with_one_untagged_vmi_writes_nothing() {
+    let (mut fx, parent) = node(vec![nested("default", 1, 73), nested("net-a", 2, 0)]);
+    fx.set("mode", json!("thick"));
+    let args = format!(
+        "K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
+        fx.pod.namespace, fx.pod.name
+    );
+    let conf = fx.conf("default");
+    let out = fx
+        .node
+        .call("ADD", &fx.cid, &fx.ns.path(), "eth0", &args, &conf);
+    assert_eq!(out.code(), 6, "{}", out.stdout);
+    assert!(
+        out.msg().contains("vlan-id is not a VLAN tag"),
+        "{}",
+        out.msg()
+    );
+    assert!(!fx.node.pod_dir_exists(&fx.pod), "a record was written");
+    nothing_left(&fx, &parent);
+}
+
 /// SIGKILL at each step of ADD and DEL that nested mode has, then a DEL: nothing is left, and
 /// the ADD works again.
 #[cfg(feature = "crash-points")]

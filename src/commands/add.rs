@@ -13,14 +13,13 @@ use crate::agent::Agent;
 use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
 use crate::commands::call::{Call, open_netns};
-use crate::config::{InterfaceType, Mode, NetConf, VifType, VrouterMode};
+use crate::config::{Mode, NetConf};
 use crate::crash::{self, Step};
-use crate::error::{Conflict, During, Error, Malformed, Result};
-use crate::ids::{ContainerId, IfName, PodUid, VmName, VmiUuid};
+use crate::error::{Conflict, During, Error, Result};
+use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
-use crate::kernel::links::{self, Links};
+use crate::kernel::links::{self, Intent, Links};
 use crate::kernel::netlink::{Netns, Socket};
-use crate::kernel::vhost;
 use crate::state::ledger::{self, Linked, Recorded, Registered};
 use crate::state::{PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
 use crate::text::Shown;
@@ -33,8 +32,15 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         .pod
         .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodName))?;
     warn_about_requests(call.conf, call.env);
-    // A vhost-user attachment is refused before anything (code 7) where it cannot work.
-    let vhost = vhost_ready(call.conf, call.env, call.container_id, call.interface)?;
+    // What the attachment's kind needs of the node is checked before anything (a vhost-user
+    // attachment where it cannot work: code 7; nested mode's parent interface).
+    let mut links = Links::new(&call.conf.contrail)?;
+    links.ready(&Intent {
+        conf: call.conf,
+        env: call.env,
+        container_id: call.container_id,
+        ifname: call.interface,
+    })?;
     let netns = open_netns(&call.env.netns)?;
     let contrail = &call.conf.contrail;
     let dir = &contrail.config_dir;
@@ -49,23 +55,19 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     let stop = lock
         .stop_probe()
         .map_err(Error::io("locking the attachment in", state.path()))?;
-    let mut links = Links::new(contrail)?;
-    links.ready(contrail.mtu).and_then(|()| {
-        let mut add = Add {
-            env: call.env,
-            container_id: call.container_id,
-            interface: call.interface,
-            conf: call.conf,
-            agent: Agent::new(contrail, call.started).stop_when(move || stop.requested()),
-            links,
-            ctr: Socket::open(&netns)?,
-            netns,
-            state,
-            vm_name,
-            vhost,
-        };
-        add.run(pod, &mut call.vmis)
-    })
+    let mut add = Add {
+        env: call.env,
+        container_id: call.container_id,
+        interface: call.interface,
+        conf: call.conf,
+        agent: Agent::new(contrail, call.started).stop_when(move || stop.requested()),
+        links,
+        ctr: Socket::open(&netns)?,
+        netns,
+        state,
+        vm_name,
+    };
+    add.run(pod, &mut call.vmis)
 }
 
 /// What every step of one ADD works with.
@@ -80,88 +82,6 @@ struct Add<'a> {
     netns: Netns,
     state: StateDir,
     vm_name: VmName,
-    /// A vhost-user attachment (`interface-type`).
-    vhost: Option<Vhost>,
-}
-
-/// What a vhost-user attachment's record takes from the call.
-struct Vhost {
-    /// The pod's UID, which names its directory.
-    uid: PodUid,
-    /// The device-info file the runtime asked for, checked to be in `device-info-dir`.
-    device_info: Option<std::path::PathBuf>,
-}
-
-/// Whether the network's attachment can be a vhost-user one here, before anything is made: the
-/// node's vRouter is DPDK (`vrouter-mode`, or `dpdk_netlink` in its socket directory), it has
-/// its own vRouter (`vif-type` `veth`), the runtime sent the pod's UID, and every socket path
-/// fits in 107 bytes; a device-info file it asks for is the attachment's own (Multus's name).
-/// `None` for a veth attachment.
-fn vhost_ready(
-    conf: &NetConf,
-    env: &Env,
-    container_id: &ContainerId,
-    ifname: &IfName,
-) -> Result<Option<Vhost>> {
-    let c = &conf.contrail;
-    if c.interface_type != InterfaceType::VhostUser {
-        return Ok(None);
-    }
-    let refuse = |why: &str| Err(Error::config("contrail.interface-type", why));
-    if c.mode != Mode::Plugin {
-        return refuse("vhost-user is for plugin mode (one attachment per call) so far");
-    }
-    if c.vif_type != VifType::Veth {
-        return refuse(
-            "vhost-user needs the node's own DPDK vRouter; this node is nested (vif-type macvlan)",
-        );
-    }
-    if !c.vrouter_is_dpdk() {
-        let how = match c.vrouter_mode {
-            VrouterMode::Kernel => "vrouter-mode kernel".to_string(),
-            _ => format!(
-                "no {} in {}",
-                crate::config::DPDK_NETLINK,
-                c.vrouter_socket_dir.display()
-            ),
-        };
-        return refuse(&format!(
-            "vhost-user needs a DPDK vRouter; this node's vRouter is in kernel mode ({how})"
-        ));
-    }
-    let uid = crate::cni::pod::uid_from_args(&env.args)?
-        .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodUid))?;
-    // Every host-side name has the same length: any VMI's checks the paths.
-    let system_name = crate::kernel::names::host_ifname("00000000-0000-0000-0000-000000000000");
-    let dirs = vhost::Dirs::new(c);
-    dirs.checked_paths(&uid, &system_name, ifname)?;
-    dirs.check_guarded()?;
-    let asked = conf
-        .runtime_config
-        .as_ref()
-        .and_then(|r| r.get("CNIDeviceInfoFile"));
-    let device_info = dirs.device_info_file(asked, &conf.network, container_id, ifname)?;
-    Ok(Some(Vhost { uid, device_info }))
-}
-
-/// A vhost-user attachment's directory is named by the pod's UID, which must be the pod's own:
-/// kube-manager makes the pod's VM with it, so the VMIs say which it is. Another pod's (a
-/// runtime's or meta-plugin's bug) would reach that pod's directory.
-fn uid_is_the_pods(uid: &PodUid, wanted: &[Wanted]) -> Result<()> {
-    match wanted
-        .iter()
-        .find(|w| !w.vmi.vm_uuid.eq_ignore_ascii_case(uid))
-    {
-        Some(w) => Err(BadEnv::new(
-            "CNI_ARGS",
-            EnvProblem::UidNotThePods {
-                uid: uid.to_string(),
-                vm_uuid: w.vmi.vm_uuid.to_string(),
-            },
-        )
-        .into()),
-        None => Ok(()),
-    }
 }
 
 /// The claims an ADD recorded.
@@ -178,7 +98,7 @@ struct Claimed {
 #[derive(Default)]
 struct Made {
     links: Vec<Linked>,
-    /// `POST /vm` was sent (the agent may have taken it even when the answer was lost).
+    /// Registration was tried (the agent may have taken it even when the answer was lost).
     registered: bool,
 }
 
@@ -216,9 +136,6 @@ impl Add<'_> {
             );
         }
         let wanted = self.choose(vmis, files)?;
-        if let Some(v) = &self.vhost {
-            uid_is_the_pods(&v.uid, &wanted)?;
-        }
         let cid = self.container_id;
         let prior: Vec<Option<Record>> = wanted
             .iter()
@@ -232,7 +149,7 @@ impl Add<'_> {
         // something a pod put there meanwhile. Any other name (a new claim, a reservation) must
         // be free in the pod. Both before anything changes.
         for old in prior.iter().flatten() {
-            if links::in_the_way(&mut self.links, &mut self.ctr, old)? {
+            if self.links.in_the_way(&mut self.ctr, old)? {
                 return Err(Error::Interface(Conflict::NameTaken {
                     name: old.ifname.to_string(),
                     netns: self.env.netns.clone(),
@@ -254,6 +171,7 @@ impl Add<'_> {
         // The OpenSDN Go plugin's links of the attachments taken over: named its way, not as this
         // plugin names the VMI's, so no new link replaces them.
         let mut displaced = Vec::new();
+        let mut records = Vec::with_capacity(wanted.len());
         for w in &wanted {
             let older = files.records.iter().chain(&files.reserved);
             if let Some(old) = older
@@ -276,22 +194,16 @@ impl Add<'_> {
                     displaced.push(old.clone());
                 }
             }
-            let mut record = record(
-                self.env,
-                self.container_id,
-                &self.vm_name,
-                w,
-                self.links.host_name(&w.vmi.uuid),
-            )?;
-            record.mtu = self.conf.contrail.mtu.to_string();
-            if let Some(v) = &self.vhost {
-                record.route = Route::Port;
-                record.pod_uid = Some(v.uid.clone());
-                record.device_info = v.device_info.clone();
-            }
-            if !self.agent.registers() {
-                record.vlan = Some(self.nested_tag(w.vmi)?);
-            }
+            let contrail = &self.conf.contrail;
+            let host_ifname = self.links.host_name(contrail, &w.vmi.uuid);
+            let mut record = record(self.env, cid, &self.vm_name, w, host_ifname)?;
+            record.mtu = contrail.mtu.to_string();
+            self.links
+                .keep(&self.agent, &self.intent(), w.vmi, &mut record)?;
+            records.push(record);
+        }
+        // Every record is made before the first is written: a VMI its kind refuses leaves none.
+        for record in records {
             claimed.records.push(ledger::write(pod, record)?);
         }
         for e in ledger::unlink(&mut self.links, &displaced) {
@@ -300,20 +212,13 @@ impl Add<'_> {
         Ok(claimed)
     }
 
-    /// Nested mode: the VMI's VLAN tag, which it must have (1..=4094: kube-manager's range the
-    /// controller accepts, and the kernel's).
-    fn nested_tag(&self, vmi: &Vmi) -> Result<u16> {
-        match vmi.vlan {
-            Some(tag @ 1..=4094) => Ok(tag),
-            _ => Err(self.agent.refused_pod(
-                &self.vm_name,
-                Malformed::Field {
-                    what: format!("VMI {}", vmi.uuid),
-                    field: "vlan-id",
-                    problem: "is not a VLAN tag (1..4094), which nested mode needs: is this \
-                              node a VM of the vRouter's hypervisor?",
-                },
-            )),
+    /// The call's new attachment, for its kind.
+    fn intent(&self) -> Intent<'_> {
+        Intent {
+            conf: self.conf,
+            env: self.env,
+            container_id: self.container_id,
+            ifname: self.interface,
         }
     }
 
@@ -372,10 +277,8 @@ impl Add<'_> {
             )?);
         }
         crash::point(Step::Veth);
-        if self.agent.registers() {
-            made.registered = true;
-            ledger::register(&self.agent, &made.links)?;
-        }
+        made.registered = true;
+        ledger::register(&self.agent, &self.links, &made.links)?;
         crash::point(Step::Registered);
         let uuids: Vec<&VmiUuid> = records.iter().map(|r| &r.vmi_uuid).collect();
         let ips = match records.first() {
@@ -390,18 +293,7 @@ impl Add<'_> {
             .collect::<Result<Vec<Spec>>>()?;
         let mut outcomes = Vec::with_capacity(specs.len());
         for (spec, r) in specs.iter().zip(records) {
-            if r.route == Route::Port {
-                // Nothing in the pod's netns: the application configures its port itself.
-                let paths = self.links.vhost_paths(r, true)?;
-                let outcome = spec.vhost_outcome(&paths.pod_socket.to_string_lossy());
-                let info = vhost::info(&outcome, &r.vmi_uuid);
-                vhost::write_info(self.links.vhost_dirs(), &paths, &info)?;
-                outcomes.push(outcome);
-                continue;
-            }
-            let defaults = links::configure(&mut self.ctr, spec)?;
-            let host_mac = self.links.host_mac(r)?;
-            outcomes.push(spec.outcome(host_mac, &defaults));
+            outcomes.push(self.links.finish(&mut self.ctr, spec, r)?);
         }
         crash::point(Step::Addressed);
         self.still_held(records)?;

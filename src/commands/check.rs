@@ -6,11 +6,10 @@ use crate::agent::{Agent, Awaited, Class, Poll};
 use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
 use crate::kernel::interface::{self, Mismatch};
-use crate::kernel::links::{self, Links};
+use crate::kernel::links::Links;
 use crate::kernel::netlink::Socket;
-use crate::kernel::vhost;
+use crate::state::Record;
 use crate::state::ledger;
-use crate::state::{Record, Route};
 use crate::vmi::IpConfig;
 
 pub fn check(call: &mut Call) -> Result<()> {
@@ -46,25 +45,8 @@ pub fn check(call: &mut Call) -> Result<()> {
     let (mut links, mut ctr) = (Links::new(contrail)?, Socket::open(&netns)?);
     for r in &ours.records {
         let ip = registered(&agent, r)?;
-        if r.route == Route::Port {
-            // A vhost-user attachment: nothing in the pod's netns; its link must lead to the
-            // pod's socket.
-            let paths = links.vhost_paths(r, false)?;
-            if !vhost::intact(&paths) {
-                return Err(Mismatch::Missing {
-                    ifname: paths.link.display().to_string(),
-                    place: "the vRouter's socket directory (the link to the pod's socket)".into(),
-                }
-                .into());
-            }
-            continue;
-        }
         let spec = interface::describe(r, &ip, contrail.mtu)?;
-        let seen = links::observe(&mut links, &mut ctr, r)?;
-        spec.verify(&seen)?;
-        if let Some(prev) = &call.conf.prev_result {
-            interface::verify_listed(prev, &spec, &seen)?;
-        }
+        links.verify(&mut ctr, &spec, r, call.conf.prev_result.as_ref())?;
     }
     Ok(())
 }

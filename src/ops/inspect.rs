@@ -9,11 +9,8 @@ use crate::agent::{Agent, Class};
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::ids::VmName;
-use crate::kernel::links::Links;
-use crate::kernel::netlink::{Netns, Socket};
-use crate::kernel::vhost;
-use crate::state::{Record, Route, StateDir, Then, sandbox_gone};
-use crate::vmi::Mac;
+use crate::kernel::links::{Debris, Links};
+use crate::state::{Record, StateDir, Then};
 
 /// Which node-wide file, and how to print (`cli` documents each option).
 #[derive(Debug)]
@@ -63,8 +60,10 @@ pub(crate) enum AgentView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Observed {
     pub netns_exists: bool,
-    pub container_if: bool,
-    pub host_if: bool,
+    /// Its pieces (the pod's end, the host side) are all there.
+    pub whole: bool,
+    /// What its kind calls them ("interface", "vhost-user link").
+    pub pieces: &'static str,
     pub agent: AgentView,
     /// What CHECK would find different, when there is an interface and an IP configuration to
     /// compare it with ([`crate::kernel::interface::Spec::verify`]: the same comparison).
@@ -76,7 +75,8 @@ pub(crate) struct Observed {
 pub(crate) enum Finding {
     Ok,
     StaleSandbox,
-    InterfaceMissing,
+    /// Its pieces, as its kind calls them, are not all there.
+    Missing(&'static str),
     NoIpConfig,
     RegisteredAs(String),
     AgentUnreachable,
@@ -95,8 +95,6 @@ pub(crate) enum Finding {
     NotOurs,
     StaleLock,
     OrphanHostLink(String),
-    /// A vhost-user attachment without the link vrouter-dpdk connects to.
-    VhostLinkMissing,
     /// A `uvh_vif_` link into `vhost-dir` that no attachment explains.
     OrphanVhostLink(String),
     /// An ADD refused for want of a VMI (code 101, when, the log's reason): nothing of it was
@@ -118,7 +116,7 @@ impl Finding {
         match self {
             Finding::Ok => "ok".into(),
             Finding::StaleSandbox => "stale sandbox".into(),
-            Finding::InterfaceMissing => "interface missing".into(),
+            Finding::Missing(pieces) => format!("{pieces} missing"),
             Finding::NoIpConfig => "agent has no IP configuration for it".into(),
             Finding::RegisteredAs(h) => format!("agent has it as {h}"),
             Finding::AgentUnreachable => "agent unreachable".into(),
@@ -137,7 +135,6 @@ impl Finding {
             Finding::NotOurs => "not this plugin's".into(),
             Finding::StaleLock => "stale lock".into(),
             Finding::OrphanHostLink(_) => "orphan host link".into(),
-            Finding::VhostLinkMissing => "vhost-user link missing".into(),
             Finding::OrphanVhostLink(_) => "orphan vhost-user link".into(),
             Finding::NoVmi { at, why } => format!("ADD refused at {at}, no VMI: {why}"),
             Finding::VhostDirLeft(what) => format!("vhost-user directory left, {what}"),
@@ -153,10 +150,7 @@ impl Finding {
             Finding::StaleSandbox => {
                 "GC or the sweep releases it (the sandbox's DEL never came)".into()
             }
-            Finding::InterfaceMissing
-            | Finding::VhostLinkMissing
-            | Finding::RegisteredAs(_)
-            | Finding::Differs(_) => {
+            Finding::Missing(_) | Finding::RegisteredAs(_) | Finding::Differs(_) => {
                 "delete the pod: its new sandbox gets all its interfaces".into()
             }
             Finding::NoIpConfig => {
@@ -202,10 +196,9 @@ impl Finding {
 
 /// The most important problem first: a sandbox that is gone explains everything after it.
 pub(crate) fn health(record: &Record, o: &Observed) -> Finding {
-    match (o.netns_exists, o.container_if && o.host_if, &o.agent) {
+    match (o.netns_exists, o.whole, &o.agent) {
         (false, _, _) => Finding::StaleSandbox,
-        (_, false, _) if record.route == Route::Port => Finding::VhostLinkMissing,
-        (_, false, _) => Finding::InterfaceMissing,
+        (_, false, _) => Finding::Missing(o.pieces),
         (_, _, AgentView::NoIpConfig) => Finding::NoIpConfig,
         (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
             Finding::RegisteredAs(h.clone())
@@ -226,33 +219,13 @@ fn load(config: Option<&Path>) -> Result<Contrail> {
     Ok(node.contrail)
 }
 
-/// Looks at one record in its netns, on the host and in the agent.
+/// Looks at one record on the node (through its kind) and in the agent.
 fn observe(
     links: &mut Links,
     agent: &Agent,
     conf: &Contrail,
     r: &Record,
 ) -> (Observed, String, Vec<String>) {
-    if r.route == Route::Port {
-        return observe_vhost(links, agent, conf, r);
-    }
-    // A nested attachment's VLAN link counts only with the VMI's tag.
-    let host_if = links
-        .host_side(r)
-        .ok()
-        .flatten()
-        .is_some_and(|h| r.vlan.is_none() || h.vlan == r.vlan);
-    // A sandbox of an earlier boot is gone, whatever its namespace path holds now.
-    let boot = crate::state::files::boot_id();
-    let netns = (!sandbox_gone(r, &boot))
-        .then(|| Netns::open(Path::new(&r.netns)).ok())
-        .flatten();
-    let mut sock = netns.as_ref().and_then(|ns| Socket::open(ns).ok());
-    let link = sock.as_mut().and_then(|sock| {
-        let link = sock.link(&r.ifname).ok()??;
-        let addrs = sock.addrs(link.index).unwrap_or_default();
-        Some((link, addrs))
-    });
     let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let agent_view = match &ip {
         // A nested node registers nothing: the IP configuration is all there is to see.
@@ -264,73 +237,17 @@ fn observe(
         Ok(None) => AgentView::NoIpConfig,
         Err(_) => AgentView::Unreachable,
     };
-    // What CHECK compares, compared the same way: the MTU the attachment was made with.
-    let differs = match (&ip, sock.as_mut()) {
-        (Ok(Some(ip)), Some(sock)) => {
-            let mtu = r.mtu.parse().unwrap_or(conf.mtu);
-            let seen = crate::kernel::links::observe(links, sock, r);
-            match (crate::kernel::interface::describe(r, ip, mtu), seen) {
-                (Ok(spec), Ok(seen)) => spec.verify(&seen).err().map(|m| m.to_string()),
-                (Err(e), _) | (_, Err(e)) => Some(e.to_string()),
-            }
-        }
-        _ => None,
-    };
-    let (mac, addrs) = match &link {
-        Some((l, a)) => (
-            l.mac.map(|m| Mac(m).to_string()).unwrap_or_default(),
-            a.iter()
-                .filter(|n| !n.ip().is_loopback() && !is_link_local(n))
-                .map(|n| n.to_string())
-                .collect(),
-        ),
-        None => (r.mac.clone(), Vec::new()),
-    };
+    // Compared with what the attachment was made with.
+    let mtu = r.mtu.parse().unwrap_or(conf.mtu);
+    let seen = links.observe(r, ip.as_ref().ok().and_then(Option::as_ref), mtu);
     let o = Observed {
-        netns_exists: netns.is_some(),
-        container_if: link.is_some(),
-        host_if,
+        netns_exists: seen.sandbox,
+        whole: seen.whole,
+        pieces: seen.pieces,
         agent: agent_view,
-        differs,
+        differs: seen.differs,
     };
-    (o, mac, addrs)
-}
-
-/// A vhost-user attachment: nothing in the pod's netns; its link to the pod's socket, and the
-/// agent's registration with the VMI's MAC.
-fn observe_vhost(
-    links: &mut Links,
-    agent: &Agent,
-    conf: &Contrail,
-    r: &Record,
-) -> (Observed, String, Vec<String>) {
-    let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
-    let (agent_view, differs, addresses) = match &ip {
-        Ok(Some(ip)) => {
-            let differs = (ip.mac.to_string() != r.mac)
-                .then(|| format!("the agent has MAC {}, the attachment {}", ip.mac, r.mac));
-            let addresses = [ip.v4.map(|n| n.to_string()), ip.v6.map(|n| n.to_string())];
-            let view = ip
-                .registered_as
-                .clone()
-                .map_or(AgentView::NoIpConfig, AgentView::Registered);
-            (view, differs, addresses.into_iter().flatten().collect())
-        }
-        Ok(None) => (AgentView::NoIpConfig, None, Vec::new()),
-        Err(_) => (AgentView::Unreachable, None, Vec::new()),
-    };
-    let o = Observed {
-        netns_exists: Path::new(&r.netns).exists(),
-        container_if: true,
-        host_if: links.vhost_paths(r, false).is_ok_and(|p| vhost::intact(&p)),
-        agent: agent_view,
-        differs,
-    };
-    (o, r.mac.clone(), addresses)
-}
-
-fn is_link_local(n: &ipnetwork::IpNetwork) -> bool {
-    matches!(n.ip(), std::net::IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80)
+    (o, seen.mac, seen.addresses)
 }
 
 /// A row about an attachment (or a failed attachment's reservation), whose host link `links`
@@ -348,11 +265,7 @@ fn attachment(
         ifname: r.ifname.to_string(),
         network: r.network.clone(),
         vmi: r.vmi_uuid.to_string(),
-        host: match (r.route, links.host_link(r)) {
-            (Route::Port, _) => vhost::link_name(&r.host_ifname),
-            (Route::Vm, Some(link)) => link.name,
-            (Route::Vm, None) => "-".to_string(),
-        },
+        host: links.shown_host(r),
         vlan: r.vlan,
         mac,
         addresses,
@@ -440,59 +353,27 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
         let (o, mac, addresses) = observe(&mut links, &agent, conf, r);
         rows.push(attachment(&links, r, &health(r, &o), mac, addresses));
     }
-    let held: Vec<String> = records
-        .iter()
-        .filter_map(|r| links.host_link(r).map(|l| l.name))
-        .collect();
-    let orphans = links.ours()?.into_iter().filter(|n| !held.contains(n));
-    for host in orphans {
+    for d in links.debris(&records) {
+        let (host, finding) = match d {
+            Debris::Link(name) => (name.clone(), Finding::OrphanHostLink(name)),
+            Debris::VhostLink { name, path } => {
+                (name, Finding::OrphanVhostLink(path.display().to_string()))
+            }
+            Debris::VhostDirLeft { path, held } => {
+                (path.display().to_string(), Finding::VhostDirLeft(held))
+            }
+            Debris::VhostDirNamedByOthers { path, pods } => (
+                path.display().to_string(),
+                Finding::VhostDirNamedByOthers(pods),
+            ),
+        };
         rows.push(Row {
-            host: host.clone(),
-            ..debris("-", &Finding::OrphanHostLink(host))
+            host,
+            ..debris("-", &finding)
         });
     }
     rows.extend(refused(conf));
-    rows.extend(vhost_dirs(&links, &records));
-    let vhost_orphans = links.vhost_links().into_iter().filter(|(name, _)| {
-        !records
-            .iter()
-            .any(|r| r.route == Route::Port && *name == vhost::link_name(&r.host_ifname))
-    });
-    for (name, path) in vhost_orphans {
-        rows.push(Row {
-            host: name,
-            ..debris("-", &Finding::OrphanVhostLink(path.display().to_string()))
-        });
-    }
     Ok(rows)
-}
-
-/// The pods' directories in `vhost-dir` that no attachment owns (see
-/// [`Record::owns_its_vhost_dir`]), or that other pods' attachments name.
-fn vhost_dirs(links: &Links, records: &[Record]) -> Vec<Row> {
-    vhost::pod_dirs(links.vhost_dirs())
-        .into_iter()
-        .filter_map(|(uid, held)| {
-            let naming = records
-                .iter()
-                .filter(|r| r.pod_uid.as_ref().is_some_and(|u| u.as_str() == uid));
-            let (owners, others): (Vec<&Record>, Vec<&Record>) =
-                naming.partition(|r| r.owns_its_vhost_dir());
-            let mut others: Vec<&str> = others.iter().map(|r| r.vm_name.as_str()).collect();
-            others.sort();
-            others.dedup();
-            let finding = match (owners.is_empty(), others.is_empty()) {
-                (true, true) => Finding::VhostDirLeft(held),
-                (_, false) => Finding::VhostDirNamedByOthers(others.join(", ")),
-                (false, true) => return None,
-            };
-            let path = links.vhost_dirs().root.join(&uid);
-            Some(Row {
-                host: path.display().to_string(),
-                ..debris("-", &finding)
-            })
-        })
-        .collect()
 }
 
 /// How far back `inspect` reads the log for refused attachments.
@@ -653,8 +534,8 @@ mod tests {
     fn seen(netns: bool, ifs: bool, agent: AgentView) -> Observed {
         Observed {
             netns_exists: netns,
-            container_if: ifs,
-            host_if: ifs,
+            whole: ifs,
+            pieces: "interface",
             agent,
             differs: None,
         }
@@ -670,7 +551,7 @@ mod tests {
                 seen(false, false, AgentView::NoIpConfig),
                 Finding::StaleSandbox,
             ),
-            (seen(true, false, ours()), Finding::InterfaceMissing),
+            (seen(true, false, ours()), Finding::Missing("interface")),
             (seen(true, true, AgentView::NoIpConfig), Finding::NoIpConfig),
             (
                 seen(true, true, AgentView::Registered("tapother".into())),
@@ -702,7 +583,7 @@ mod tests {
         // Each finding's fix names the action (or who takes it), never an empty promise.
         let all = [
             (Finding::StaleSandbox, "GC or the sweep releases it"),
-            (Finding::InterfaceMissing, "delete the pod"),
+            (Finding::Missing("interface"), "delete the pod"),
             (Finding::NoIpConfig, "check the VMI and its IPAM"),
             (Finding::RegisteredAs("tapx".into()), "delete the pod"),
             (Finding::AgentUnreachable, "check the vRouter agent"),
@@ -726,7 +607,7 @@ mod tests {
             (Finding::NotOurs, "remove it if nothing needs it"),
             (Finding::StaleLock, "GC removes it"),
             (Finding::OrphanHostLink("tapx".into()), "ip link del tapx"),
-            (Finding::VhostLinkMissing, "delete the pod"),
+            (Finding::Missing("vhost-user link"), "delete the pod"),
             (
                 Finding::OrphanVhostLink("/v/uvh_vif_tapx".into()),
                 "rm /v/uvh_vif_tapx",

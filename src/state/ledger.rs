@@ -2,8 +2,8 @@
 //! attachments' state files, and the links they describe exist", and of its crash safety. It is
 //! the only code that writes, renames or removes a state file (`PodDir`'s writers are private
 //! to `state`), registers a port with the agent or drops one, and creates or deletes an
-//! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`] and
-//! [`Links::remove`] take a [`Seal`], which only this module can make. Everything else gets
+//! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`],
+//! [`Links::register`] and [`Links::remove`] take a [`Seal`], which only this module can make. Everything else gets
 //! read-only views (`PodFiles`, the agent's GETs, `Links`' observers). An ADD's steps are a
 //! typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`] takes one and yields a
 //! [`Linked`] attachment, [`register`] takes those. ADD's claims, links and
@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::ids::{VmName, VmUuid};
 use crate::kernel::links::{Links, Unremoved};
 use crate::kernel::netlink::{Netns, Socket};
-use crate::state::{Pending, PodDir, PodFiles, Record, Route, StateDir, Then};
+use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
 
 pub(crate) mod seal;
 
@@ -87,13 +87,11 @@ pub(crate) fn create_link(
     Ok(Linked(claim.0.clone()))
 }
 
-/// Registers linked attachments by their route: `POST /vm` with the record itself, or
-/// `POST /port` with [`Record::port_body`] (vhost-user).
-pub(crate) fn register(agent: &Agent, linked: &[Linked]) -> Result<()> {
-    linked.iter().try_for_each(|r| match r.route {
-        Route::Vm => agent.register(&SEAL, &r.port()),
-        Route::Port => agent.register_port(&SEAL, &r.port_body()),
-    })
+/// Registers linked attachments, each as its kind does (see [`Links::register`]).
+pub(crate) fn register(agent: &Agent, links: &Links, linked: &[Linked]) -> Result<()> {
+    linked
+        .iter()
+        .try_for_each(|r| links.register(&SEAL, agent, r))
 }
 
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
@@ -296,7 +294,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         .pending
         .iter()
         .filter_map(|p| p.record.as_ref())
-        .filter(|r| r.route == Route::Vm)
+        .filter(|r| r.route.is_vm())
         .map(|r| r.vm_uuid.clone())
         .chain(files.legacy_resync.clone())
         .collect();
@@ -310,7 +308,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     for r in files.records {
         // A vhost-user attachment stays live: its link and directory outlive the netns (its
         // DEL, GC or the sweep removes them), and it costs the `/vm` resync nothing.
-        if r.route == Route::Port || !crate::state::sandbox_gone(&r, &boot) {
+        if !r.route.is_vm() || !crate::state::sandbox_gone(&r, &boot) {
             live.push(r);
             continue;
         }
@@ -327,7 +325,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
     }
     for r in pending.iter().filter_map(|p| p.record.as_ref()) {
-        if r.route != Route::Port {
+        if r.route.is_vm() {
             continue;
         }
         if let Err(e) = agent.deregister_port(&SEAL, &r.vmi_uuid) {
@@ -342,7 +340,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     }
     let mut ports: Vec<serde_json::Value> = live
         .iter()
-        .filter(|r| r.route == Route::Vm)
+        .filter(|r| r.route.is_vm())
         .map(Record::port)
         .collect();
     // A future version's file that is still a port stays registered.

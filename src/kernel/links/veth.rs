@@ -1,0 +1,80 @@
+//! `veth`: a veth pair, the host end `tap<hash>` (its name and MAC fixed by the VMI), the other
+//! end made directly in the pod. The node's own vRouter takes the host end (`POST /vm`).
+
+use super::{HostLink, Intent, Kind, pod_end, take_leftover};
+use crate::agent::Agent;
+use crate::error::Result;
+use crate::kernel::names;
+use crate::kernel::netlink::{Netns, Socket, VethEnd};
+use crate::state::{Record, StateDir};
+use crate::vmi::{Mac, Vmi};
+
+pub(super) struct Veth;
+
+impl Kind for Veth {
+    fn host_name(&self, vmi_uuid: &str) -> String {
+        names::host_ifname(vmi_uuid)
+    }
+
+    fn ready(&self, _: &mut Socket, _: &Intent) -> Result<()> {
+        Ok(())
+    }
+
+    fn keep(&self, _: &Agent, _: &Intent, _: &Vmi, _: &mut Record) -> Result<()> {
+        Ok(())
+    }
+
+    /// The host end by its derived name (up), the other end directly in the pod.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+    )]
+    fn create(
+        &self,
+        host: &mut Socket,
+        state: &StateDir,
+        record: &Record,
+        mtu: u32,
+        netns: &Netns,
+        _: &mut Socket,
+    ) -> Result<()> {
+        let end = &pod_end(record, mtu)?;
+        let host_end = VethEnd {
+            name: &record.host_ifname,
+            mac: Some(names::host_mac(&record.vmi_uuid)),
+            mtu: end.mtu,
+        };
+        match host.create_veth(&host_end, end, netns) {
+            // The host name is derived from the VMI this pod now holds: a veth of that name
+            // that no other pod's state names is a leftover of an earlier sandbox or of a
+            // crashed ADD whose DEL never came. Replace it; anything else is left alone.
+            Err(e) if e.is_exists() => {
+                let leftover = host.link(&record.host_ifname)?;
+                take_leftover(host, state, record, leftover, "veth")?;
+                host.create_veth(&host_end, end, netns)
+            }
+            other => other,
+        }?;
+        Ok(())
+    }
+
+    /// The Go plugin's veth is named after (`vm-ifname`, `vm-uuid`), and is the attachment's
+    /// only when its file names that link too.
+    fn host_link(&self, r: &Record) -> Option<HostLink> {
+        let name = if r.is_legacy() {
+            let derived = names::legacy_link(false, &r.ifname, r.vm_uuid.as_str());
+            if *r.host_ifname != derived {
+                return None;
+            }
+            derived
+        } else {
+            r.host_ifname.to_string()
+        };
+        Some(HostLink { name, kind: "veth" })
+    }
+
+    /// Fixed by the VMI: no need to ask.
+    fn host_mac(&self, _: &mut Socket, record: &Record) -> Result<Option<Mac>> {
+        Ok(Some(Mac(names::host_mac(&record.vmi_uuid))))
+    }
+}
