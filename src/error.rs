@@ -497,10 +497,10 @@ mod tests {
         let e = Error::TimedOut {
             waited: Duration::from_millis(1500),
             what: Awaited::PodInterfaces {
-                vm_name: "k8s__a__b".into(),
+                vm_name: crate::ids::VmName::parse("k8s__a__b").unwrap(),
             },
             last: LastPoll::NotYet(Pending::SomeKnown {
-                vm_name: "k8s__a__b".into(),
+                vm_name: crate::ids::VmName::parse("k8s__a__b").unwrap(),
                 known: 1,
                 of: 2,
             }),

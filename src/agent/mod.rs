@@ -283,14 +283,14 @@ impl Agent {
         let mut class = Class::Ahead;
         self.poll(
             Awaited::PodInterfaces {
-                vm_name: vm_name.to_string(),
+                vm_name: vm_name.clone(),
             },
             |agent, timeout| {
                 let answer = agent.pod_config(class, vm_name, timeout)?;
                 class = Class::Poll;
                 let Some(vmis) = answer else {
                     return Ok(Poll::NotYet(Pending::PodUnknown {
-                        vm_name: vm_name.to_string(),
+                        vm_name: vm_name.clone(),
                     }));
                 };
                 let refused =
@@ -311,7 +311,7 @@ impl Agent {
                 }
                 let n = vmis.first().map_or(0, |v| v.count);
                 Ok(Poll::NotYet(Pending::SomeKnown {
-                    vm_name: vm_name.to_string(),
+                    vm_name: vm_name.clone(),
                     known: vmis.len(),
                     of: n,
                 }))
@@ -365,11 +365,11 @@ impl Agent {
     pub fn wait_for_ips(&self, vm_uuid: &VmUuid, vmis: &[&VmiUuid]) -> Result<Vec<IpConfig>> {
         let what = match vmis {
             [one] => Awaited::Ip {
-                vmi: one.to_string(),
+                vmi: VmiUuid::clone(one),
             },
             _ => Awaited::Ips {
                 count: vmis.len(),
-                vm_uuid: vm_uuid.to_string(),
+                vm_uuid: vm_uuid.clone(),
             },
         };
         let mut ready = Vec::with_capacity(vmis.len());
@@ -379,8 +379,8 @@ impl Agent {
                 let Some(ip) = agent.ip_config(Class::Ip { since }, vm_uuid, vmi, timeout)? else {
                     crash::point(Step::Waiting);
                     return Ok(Poll::NotYet(Pending::NoIp {
-                        vm_uuid: vm_uuid.to_string(),
-                        vmi: vmi.to_string(),
+                        vm_uuid: vm_uuid.clone(),
+                        vmi: VmiUuid::clone(vmi),
                     }));
                 };
                 if ready.is_empty() {
@@ -457,7 +457,7 @@ impl Agent {
         let path = format!("/port/{vmi_uuid}");
         self.poll(
             Awaited::PortDropped {
-                vmi: vmi_uuid.to_string(),
+                vmi: vmi_uuid.clone(),
             },
             |agent, t| {
                 agent.request(Class::Ahead, Method::Delete, &path, None, t)?;
@@ -476,7 +476,7 @@ impl Agent {
         let path = format!("/vm/{vm_uuid}");
         self.poll(
             Awaited::PortsDropped {
-                vm_uuid: vm_uuid.to_string(),
+                vm_uuid: vm_uuid.clone(),
             },
             |agent, t| {
                 agent.request(Class::Ahead, Method::Delete, &path, None, t)?;

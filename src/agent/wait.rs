@@ -4,24 +4,25 @@
 use std::fmt;
 
 use super::http::Request;
+use crate::ids::{VmName, VmUuid, VmiUuid};
 
 /// What a wait for the agent waits for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Awaited {
     /// The agent to know every VMI of pod `vm_name`.
-    PodInterfaces { vm_name: String },
+    PodInterfaces { vm_name: VmName },
     /// The IP address of one VMI.
-    Ip { vmi: String },
+    Ip { vmi: VmiUuid },
     /// The IP addresses of the `count` VMIs of pod `vm_uuid`.
-    Ips { count: usize, vm_uuid: String },
+    Ips { count: usize, vm_uuid: VmUuid },
     /// The IP configuration of one VMI (CHECK).
-    IpConfig { vmi: String },
+    IpConfig { vmi: VmiUuid },
     /// The agent to accept the port `ifname` of VMI `vmi`.
     Port { ifname: String, vmi: String },
     /// The agent to drop the ports of pod `vm_uuid`.
-    PortsDropped { vm_uuid: String },
+    PortsDropped { vm_uuid: VmUuid },
     /// The agent to drop the `POST /port` port of VMI `vmi`.
-    PortDropped { vmi: String },
+    PortDropped { vmi: VmiUuid },
     /// A turn for a request in the node's request budget.
     Turn(Request),
 }
@@ -55,15 +56,15 @@ impl fmt::Display for Awaited {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pending {
     /// `GET /vm-cfg/<vm_name>`: 404, the agent does not know the pod yet.
-    PodUnknown { vm_name: String },
+    PodUnknown { vm_name: VmName },
     /// `GET /vm-cfg/<vm_name>`: `known` of the pod's `of` VMIs known.
     SomeKnown {
-        vm_name: String,
+        vm_name: VmName,
         known: usize,
         of: u32,
     },
     /// `GET /vm/<vm_uuid>/<vmi>`: 404, no IP configuration yet.
-    NoIp { vm_uuid: String, vmi: String },
+    NoIp { vm_uuid: VmUuid, vmi: VmiUuid },
     /// `POST /vm`: 404.
     NotAccepted,
 }

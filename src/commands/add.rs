@@ -406,7 +406,7 @@ fn record(
         vmi_uuid: vmi.uuid.clone(),
         state_version: STATE_VERSION.to_string(),
         network: vmi.network.clone(),
-        mac: vmi.mac.to_string(),
+        mac: Some(vmi.mac),
         default_gw: w.default_gw,
         mtu: String::new(),
         claimed_boot: crate::state::files::boot_id(),

@@ -58,7 +58,7 @@ fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
     let ip = agent
         .poll(
             Awaited::IpConfig {
-                vmi: r.vmi_uuid.to_string(),
+                vmi: r.vmi_uuid.clone(),
             },
             |agent, t| {
                 agent

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ids::VmName;
 use crate::kernel::links::{Debris, Links};
 use crate::state::{Record, StateDir, Then};
+use crate::vmi::Mac;
 
 /// Which node-wide file, and how to print (`cli` documents each option).
 #[derive(Debug)]
@@ -225,7 +226,7 @@ fn observe(
     agent: &Agent,
     conf: &Contrail,
     r: &Record,
-) -> (Observed, String, Vec<String>) {
+) -> (Observed, Option<Mac>, Vec<String>) {
     let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let agent_view = match &ip {
         // A nested node registers nothing: the IP configuration is all there is to see.
@@ -256,7 +257,7 @@ fn attachment(
     links: &Links,
     r: &Record,
     finding: &Finding,
-    mac: String,
+    mac: Option<Mac>,
     addresses: Vec<String>,
 ) -> Row {
     Row {
@@ -267,7 +268,7 @@ fn attachment(
         vmi: r.vmi_uuid.to_string(),
         host: links.shown_host(r),
         vlan: r.vlan,
-        mac,
+        mac: mac.map(|m| m.to_string()).unwrap_or_default(),
         addresses,
         health: finding.health(),
         fix: finding.fix(),
@@ -312,12 +313,12 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             }
             for p in files.pending.iter().filter(|p| p.then == Then::Gone) {
                 rows.push(Row {
-                    vmi: p.vmi_uuid.clone(),
+                    vmi: p.vmi_uuid.to_string(),
                     ..debris(&vm_name, &Finding::DeregistrationPending)
                 });
             }
             for r in &files.reserved {
-                let row = attachment(&links, r, &Finding::Failed, r.mac.clone(), Vec::new());
+                let row = attachment(&links, r, &Finding::Failed, r.mac, Vec::new());
                 rows.push(row);
             }
             for t in files.temps {
@@ -331,7 +332,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             }
             for u in files.unreadable {
                 rows.push(Row {
-                    vmi: u.vmi_uuid,
+                    vmi: u.vmi_uuid.to_string(),
                     ..debris(&vm_name, &Finding::Unreadable(u.why))
                 });
             }

@@ -314,7 +314,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
         match pod.mark_released(&r.vmi_uuid, Then::Reserved) {
             Ok(()) => pending.push(Pending {
-                vmi_uuid: r.vmi_uuid.to_string(),
+                vmi_uuid: r.vmi_uuid.clone(),
                 then: Then::Reserved,
                 record: Some(r),
             }),

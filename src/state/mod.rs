@@ -24,6 +24,7 @@
 pub(crate) mod files;
 pub(crate) mod ledger;
 mod lock;
+mod name;
 mod pod;
 mod record;
 #[cfg(test)]
@@ -50,7 +51,8 @@ use crate::state::files::{entries, flags, io, is_kind, is_temp, mode, stat_at};
 
 pub use lock::Lock;
 use lock::{Discard, lock_files, stop_marker};
-pub use pod::{Pending, PodDir, PodFiles, Then};
+pub use name::Then;
+pub use pod::{Pending, PodDir, PodFiles};
 pub use record::{Record, Route, Unreadable};
 
 /// Written into every state file, so a later format can tell ours apart.
@@ -59,9 +61,6 @@ pub const STATE_VERSION: &str = "1";
 const LOCKS: &str = ".locks";
 /// The longest pause between two tries of a busy lock.
 const MAX_LOCK_PAUSE: Duration = Duration::from_millis(10);
-/// Version 0.1.0's marker of a pending deregistration (a file holding the pod's vm-uuid); read
-/// so that one an upgrade finds is finished.
-const LEGACY_RESYNC: &str = ".resync";
 /// A state file is a few hundred bytes: anything larger is not one.
 pub const MAX_FILE: u64 = 64 * 1024;
 

@@ -9,47 +9,22 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{SFlag, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::{LEGACY_RESYNC, Lock, MAX_FILE, Record, Unreadable, files, open_pod_dir};
-use crate::ids::VmUuid;
-use crate::state::files::{Sync, entries, io, is_temp, mode, stat_at, written_before_boot};
-use crate::vmi::{Claim, valid_uuid};
+use super::name::{FileName, Then};
+use super::{Lock, MAX_FILE, Record, Unreadable, files, open_pod_dir};
+use crate::ids::{VmUuid, VmiUuid};
+use crate::state::files::{Sync, entries, io, mode, stat_at, written_before_boot};
+use crate::vmi::Claim;
 
 use super::record::{parse_record, port_of};
-
-/// What a released record becomes once the agent no longer has its registration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
-    /// Nothing: the file goes (`.release`).
-    Gone,
-    /// The attachment's reservation (`.reserve`, then `.reserved`).
-    Reserved,
-}
-
-impl Then {
-    fn suffix(self) -> &'static str {
-        match self {
-            Then::Gone => "release",
-            Then::Reserved => "reserve",
-        }
-    }
-}
-
-pub(super) const RESERVED: &str = "reserved";
 
 /// The OpenSDN Go plugin's directory of pods' cached VMIs under Multus, beside `config-dir`
 /// (its `<config-dir>/../<meta-plugin>`; `multus` is the only meta-plugin it knows).
 const LEGACY_META_PLUGIN_DIR: &str = "multus";
 
-/// `.<vmi-uuid>.<suffix>`: hidden from the agent's reload, which takes names starting with a
-/// uuid.
-pub(super) fn dotted(vmi_uuid: &str, suffix: &str) -> String {
-    format!(".{vmi_uuid}.{suffix}")
-}
-
 /// A released record whose deregistration is pending.
 #[derive(Debug, Clone)]
 pub struct Pending {
-    pub vmi_uuid: String,
+    pub vmi_uuid: VmiUuid,
     pub then: Then,
     /// `None` when the file cannot be read (torn by a power loss).
     pub record: Option<Record>,
@@ -120,63 +95,47 @@ impl PodFiles {
                 && stat_at(dir, name).is_ok_and(|st| st.is_some_and(|st| written_before_boot(&st)))
         };
         for (name, _) in entries(dir)? {
-            if is_temp(&name) {
-                files.temps.push(name);
-            } else if name == LEGACY_RESYNC {
-                let bytes = files::read_bounded(dir, LEGACY_RESYNC, MAX_FILE).unwrap_or_default();
-                let vm = String::from_utf8_lossy(&bytes).trim().to_string();
-                files.legacy_resync = VmUuid::parse(vm).ok();
-            } else if valid_uuid(&name) {
-                match read(&name, &name) {
+            match FileName::parse(&name) {
+                FileName::Temp => files.temps.push(name),
+                FileName::LegacyResync => {
+                    let bytes = files::read_bounded(dir, &name, MAX_FILE).unwrap_or_default();
+                    let vm = String::from_utf8_lossy(&bytes).trim().to_string();
+                    files.legacy_resync = VmUuid::parse(vm).ok();
+                }
+                FileName::Record(vmi) => match read(&name, &vmi) {
                     (_, Ok(r)) => files.records.push(r),
                     (bytes, Err(why)) => {
-                        let port = port_of(bytes.as_deref().ok(), &name);
+                        let port = port_of(bytes.as_deref().ok(), &vmi);
                         if torn(&name, &port, &bytes) {
                             files.torn.push(name);
                         } else {
                             files.unreadable.push(Unreadable {
                                 path: path.join(&name),
                                 port,
-                                vmi_uuid: name,
+                                vmi_uuid: vmi,
                                 why,
                             });
                         }
                     }
+                },
+                FileName::Pending(vmi, then) => {
+                    let record = read(&name, &vmi).1.ok();
+                    if let (Then::Reserved, Some(r)) = (then, &record) {
+                        files.reserved.push(r.clone());
+                    }
+                    files.pending.push(Pending {
+                        vmi_uuid: vmi,
+                        then,
+                        record,
+                    });
                 }
-            } else if let Some((vmi, suffix)) = name
-                .strip_prefix('.')
-                .and_then(|n| n.split_once('.'))
-                .filter(|(vmi, _)| valid_uuid(vmi))
-            {
-                let (bytes, record) = read(&name, vmi);
-                let record = record.ok();
-                let then = match suffix {
-                    "release" => Some(Then::Gone),
-                    "reserve" => Some(Then::Reserved),
-                    RESERVED => None,
-                    _ => {
-                        files.others.push(name.clone());
-                        continue;
-                    }
-                };
-                match (then, record) {
-                    (Some(then), record) => {
-                        if let (Then::Reserved, Some(r)) = (then, &record) {
-                            files.reserved.push(r.clone());
-                        }
-                        files.pending.push(Pending {
-                            vmi_uuid: vmi.to_string(),
-                            then,
-                            record,
-                        });
-                    }
-                    (None, Some(r)) => files.reserved.push(r),
-                    (None, None) if torn(&name, &None, &bytes) => files.torn.push(name.clone()),
+                FileName::Reserved(vmi) => match read(&name, &vmi) {
+                    (_, Ok(r)) => files.reserved.push(r),
+                    (bytes, Err(_)) if torn(&name, &None, &bytes) => files.torn.push(name),
                     // A reservation that cannot be read holds nothing: it is debris.
-                    (None, None) => files.others.push(name.clone()),
-                }
-            } else {
-                files.others.push(name);
+                    (_, Err(_)) => files.others.push(name),
+                },
+                FileName::Other => files.others.push(name),
             }
         }
         files.records.sort_by(|a, b| a.vmi_uuid.cmp(&b.vmi_uuid));
@@ -262,42 +221,52 @@ impl PodDir {
     pub(super) fn write(&mut self, record: &Record) -> io::Result<()> {
         let body = serde_json::to_vec_pretty(&record.file_json()).map_err(io::Error::other)?;
         let dir = self.dir()?;
-        files::write_atomic(dir, &record.vmi_uuid, &body, 0o600, Sync::No)?;
-        for suffix in [RESERVED, Then::Reserved.suffix()] {
-            files::unlink(dir, &dotted(&record.vmi_uuid, suffix))?;
+        let vmi = &record.vmi_uuid;
+        files::write_atomic(dir, vmi, &body, 0o600, Sync::No)?;
+        for name in [
+            FileName::Reserved(vmi.clone()),
+            FileName::Pending(vmi.clone(), Then::Reserved),
+        ] {
+            files::unlink(dir, &name.to_string())?;
         }
         Ok(())
     }
 
     /// Renames an attachment's file to its pending name (see [`Then`]): no new space.
-    pub(super) fn mark_released(&self, vmi_uuid: &str, then: Then) -> io::Result<()> {
-        self.rename(vmi_uuid, &dotted(vmi_uuid, then.suffix()))
+    pub(super) fn mark_released(&self, vmi: &VmiUuid, then: Then) -> io::Result<()> {
+        self.rename(
+            FileName::Record(vmi.clone()),
+            FileName::Pending(vmi.clone(), then),
+        )
     }
 
     /// Removes an attachment's file at once: for one the agent never heard of.
-    pub(super) fn remove(&self, vmi_uuid: &str) -> io::Result<()> {
-        self.unlink(vmi_uuid)
+    pub(super) fn remove(&self, vmi: &VmiUuid) -> io::Result<()> {
+        self.unlink(FileName::Record(vmi.clone()))
     }
 
     /// Renames an attachment's file to a reservation at once: for one the agent never heard of.
-    pub(super) fn reserve(&self, vmi_uuid: &str) -> io::Result<()> {
-        self.rename(vmi_uuid, &dotted(vmi_uuid, RESERVED))
+    pub(super) fn reserve(&self, vmi: &VmiUuid) -> io::Result<()> {
+        self.rename(
+            FileName::Record(vmi.clone()),
+            FileName::Reserved(vmi.clone()),
+        )
     }
 
     /// What a pending record becomes once the agent dropped its registration.
     pub(super) fn settled(&self, p: &Pending) -> io::Result<()> {
-        let from = dotted(&p.vmi_uuid, p.then.suffix());
+        let from = FileName::Pending(p.vmi_uuid.clone(), p.then);
         match p.then {
-            Then::Gone => self.unlink(&from),
-            Then::Reserved => self.rename(&from, &dotted(&p.vmi_uuid, RESERVED)),
+            Then::Gone => self.unlink(from),
+            Then::Reserved => self.rename(from, FileName::Reserved(p.vmi_uuid.clone())),
         }
     }
 
     /// Drops a reservation: settled, it goes; pending, it becomes a pending release.
-    pub(super) fn drop_reservation(&self, vmi_uuid: &str) -> io::Result<()> {
-        self.unlink(&dotted(vmi_uuid, RESERVED))?;
-        let pending = dotted(vmi_uuid, Then::Reserved.suffix());
-        match self.rename(&pending, &dotted(vmi_uuid, Then::Gone.suffix())) {
+    pub(super) fn drop_reservation(&self, vmi: &VmiUuid) -> io::Result<()> {
+        self.unlink(FileName::Reserved(vmi.clone()))?;
+        let pending = FileName::Pending(vmi.clone(), Then::Reserved);
+        match self.rename(pending, FileName::Pending(vmi.clone(), Then::Gone)) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
@@ -305,24 +274,25 @@ impl PodDir {
 
     /// Removes version 0.1.0's marker once its deregistration is done.
     pub(super) fn clear_legacy_resync(&self) -> io::Result<()> {
-        self.unlink(LEGACY_RESYNC)
+        self.unlink(FileName::LegacyResync)
     }
 
     #[allow(
         clippy::disallowed_methods,
         reason = "the ledger's renames of a pod's state files to and from their pending names"
     )]
-    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+    fn rename(&self, from: FileName, to: FileName) -> io::Result<()> {
         let dir = self
             .dir
             .as_ref()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        nix::fcntl::renameat(dir, from, dir, to).map_err(io)
+        nix::fcntl::renameat(dir, from.to_string().as_str(), dir, to.to_string().as_str())
+            .map_err(io)
     }
 
-    fn unlink(&self, name: &str) -> io::Result<()> {
+    fn unlink(&self, name: FileName) -> io::Result<()> {
         match &self.dir {
-            Some(dir) => files::unlink(dir, name),
+            Some(dir) => files::unlink(dir, &name.to_string()),
             None => Ok(()),
         }
     }

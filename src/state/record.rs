@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::STATE_VERSION;
 use crate::ids::{ContainerId, IfName, PodUid, VmName, VmUuid, VmiUuid, VnUuid};
-use crate::vmi::Claim;
+use crate::vmi::{Claim, Mac};
 
 /// One attachment. The agent's keys first (all strings, as the agent reads them), then ours;
 /// the agent tolerates extra keys, and files the agent wrote itself lack ours. Its identifiers
@@ -43,12 +43,15 @@ pub struct Record {
     pub state_version: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub network: String,
+    /// The VMI's MAC, checked as the agent's answers are ([`Mac::parse`]): a file with
+    /// anything else is unreadable. Absent (or empty) in a file is `None`.
     #[serde(
         rename = "mac-address",
         default,
-        skip_serializing_if = "String::is_empty"
+        skip_serializing_if = "Option::is_none",
+        with = "string_mac"
     )]
-    pub mac: String,
+    pub mac: Option<Mac>,
     /// Whether this interface carries the pod's default route; written as "true"/"false"
     /// like the agent's own keys, absent from files the agent wrote.
     #[serde(rename = "default-gw", default, with = "string_bool")]
@@ -155,6 +158,30 @@ mod string_tag {
     }
 }
 
+/// A MAC kept as `aa:bb:cc:dd:ee:ff`; "" is none.
+mod string_mac {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    use crate::vmi::Mac;
+
+    pub fn serialize<S: Serializer>(mac: &Option<Mac>, s: S) -> Result<S::Ok, S::Error> {
+        match mac {
+            Some(m) => s.collect_str(m),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mac>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        Mac::parse(&s)
+            .map(Some)
+            .ok_or_else(|| D::Error::custom("mac-address is not a unicast MAC"))
+    }
+}
+
 /// A bool kept as the string "true" or "false" (every value in these files is a string).
 mod string_bool {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -248,7 +275,7 @@ impl Record {
             "ip-address": "0.0.0.0",
             "ip6-address": "",
             "system-name": self.host_ifname.to_string(),
-            "mac-address": self.mac,
+            "mac-address": self.mac.map(|m| m.to_string()).unwrap_or_default(),
             "type": PORT_TYPE_VM,
             "rx-vlan-id": -1,
             "tx-vlan-id": -1,
@@ -262,7 +289,7 @@ impl Record {
 #[derive(Debug)]
 pub struct Unreadable {
     pub path: PathBuf,
-    pub vmi_uuid: String,
+    pub vmi_uuid: VmiUuid,
     pub why: String,
     /// The file as the agent reads it on restart, when it is a JSON object for this VMI (a
     /// future version's file, say): it stays registered when the pod is re-registered.
@@ -272,7 +299,7 @@ pub struct Unreadable {
 impl Unreadable {
     pub fn claim(&self) -> Claim {
         Claim {
-            vmi: self.vmi_uuid.clone(),
+            vmi: self.vmi_uuid.to_string(),
             container_id: None,
             ifname: String::new(),
         }

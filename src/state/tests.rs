@@ -1,4 +1,3 @@
-use super::pod::{RESERVED, dotted};
 use super::*;
 use crate::ids::{ContainerId, IfName, VmName, VmUuid, VmiUuid, VnUuid};
 use crate::vmi::Claim;
@@ -16,6 +15,10 @@ fn tempdir(tag: &str) -> PathBuf {
     p
 }
 
+fn id(vmi: &str) -> VmiUuid {
+    VmiUuid::parse(vmi).unwrap()
+}
+
 fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
     Record {
         time: "0".into(),
@@ -29,7 +32,7 @@ fn record(vmi: &str, container_id: &str, ifname: &str) -> Record {
         vmi_uuid: VmiUuid::parse(vmi).unwrap(),
         state_version: STATE_VERSION.into(),
         network: "net-a".into(),
-        mac: "02:00:00:00:00:01".into(),
+        mac: crate::vmi::Mac::parse("02:00:00:00:00:01"),
         default_gw: false,
         mtu: String::new(),
         claimed_boot: String::new(),
@@ -85,14 +88,14 @@ fn write_read_remove_close_and_permissions() {
         serde_json::from_slice(&fs::read(pod.path().join(A)).unwrap()).unwrap();
     assert_eq!(raw["vm-id"], "c1");
     assert_eq!(raw["default-gw"], "false");
-    pod.remove(A).unwrap();
-    pod.remove(A).unwrap();
+    pod.remove(&id(A)).unwrap();
+    pod.remove(&id(A)).unwrap();
     assert_eq!(names(pod.path()), [B]);
     pod.close().unwrap();
     assert_eq!(names(&root.join(POD)), [B], "a pod with a file stays");
     assert_eq!(names(&root.join(LOCKS)), [POD], "and so does its lock");
     let pod = state.lock_pod(&vm(POD), later()).unwrap();
-    pod.remove(B).unwrap();
+    pod.remove(&id(B)).unwrap();
     pod.close().unwrap();
     assert!(!root.join(POD).exists());
     assert!(
@@ -333,8 +336,8 @@ fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
     let (a, b) = (record(A, "c1", "net1"), record(B, "c1", "net2"));
     pod.write(&a).unwrap();
     pod.write(&b).unwrap();
-    pod.mark_released(A, Then::Gone).unwrap();
-    pod.mark_released(B, Then::Reserved).unwrap();
+    pod.mark_released(&id(A), Then::Gone).unwrap();
+    pod.mark_released(&id(B), Then::Reserved).unwrap();
     assert_eq!(
         names(pod.path()),
         [format!(".{A}.release"), format!(".{B}.reserve")]
@@ -364,13 +367,13 @@ fn released_files_go_pending_then_settle_and_reservations_hold_their_vmi() {
     pod.write(&b).unwrap();
     assert_eq!(names(pod.path()), [B]);
     // One never registered becomes a reservation at once; dropped, it is gone.
-    pod.reserve(B).unwrap();
-    pod.drop_reservation(B).unwrap();
+    pod.reserve(&id(B)).unwrap();
+    pod.drop_reservation(&id(B)).unwrap();
     assert!(names(pod.path()).is_empty());
     // A pending reservation dropped becomes a pending release.
     pod.write(&b).unwrap();
-    pod.mark_released(B, Then::Reserved).unwrap();
-    pod.drop_reservation(B).unwrap();
+    pod.mark_released(&id(B), Then::Reserved).unwrap();
+    pod.drop_reservation(&id(B)).unwrap();
     assert_eq!(names(pod.path()), [format!(".{B}.release")]);
     fs::write(pod.path().join(format!(".{B}.release")), "").unwrap();
     assert!(
@@ -393,10 +396,10 @@ fn a_pending_deregistration_of_version_0_1_0_is_read() {
         vm.to_uppercase(),
         "../x".into(),
     ] {
-        fs::write(pod.path().join(LEGACY_RESYNC), hostile).unwrap();
+        fs::write(pod.path().join(".resync"), hostile).unwrap();
         assert_eq!(pod.files().unwrap().legacy_resync, None);
     }
-    fs::write(pod.path().join(LEGACY_RESYNC), format!("{vm}\n")).unwrap();
+    fs::write(pod.path().join(".resync"), format!("{vm}\n")).unwrap();
     assert_eq!(pod.files().unwrap().legacy_resync.as_deref(), Some(vm));
     pod.clear_legacy_resync().unwrap();
     assert_eq!(names(pod.path()), [A]);
@@ -423,6 +426,8 @@ fn records_whose_identifiers_break_the_rules_are_unreadable() {
         ("vm-id", "../etc"),
         ("vm-id", "c1\nX-Injected: 1"),
         ("vm-name", "k8s__default__p/../q"),
+        ("mac-address", "01:00:5e:00:00:01"),
+        ("mac-address", "02:00:00:00:00:01\r\nX-Injected: 1"),
     ] {
         let mut raw = serde_json::to_value(record(A, "c1", "net1")).unwrap();
         raw[key] = value.into();
@@ -432,15 +437,19 @@ fn records_whose_identifiers_break_the_rules_are_unreadable() {
         let why = &files.unreadable[0].why;
         assert!(why.contains(key) && !why.contains("Injected"), "{why}");
         // The same as a reservation or a pending release: no record either.
-        fs::rename(pod.path().join(A), pod.path().join(dotted(A, RESERVED))).unwrap();
+        fs::rename(
+            pod.path().join(A),
+            pod.path().join(format!(".{A}.reserved")),
+        )
+        .unwrap();
         assert!(pod.files().unwrap().reserved.is_empty());
         fs::rename(
-            pod.path().join(dotted(A, RESERVED)),
-            pod.path().join(dotted(A, "release")),
+            pod.path().join(format!(".{A}.reserved")),
+            pod.path().join(format!(".{A}.release")),
         )
         .unwrap();
         assert!(pod.files().unwrap().pending[0].record.is_none());
-        fs::remove_file(pod.path().join(dotted(A, "release"))).unwrap();
+        fs::remove_file(pod.path().join(format!(".{A}.release"))).unwrap();
     }
     fs::remove_dir_all(&root).unwrap();
 }
@@ -466,6 +475,21 @@ fn stale_locks_are_swept_and_held_ones_kept() {
     held.remove().unwrap();
     assert_eq!(names(&root.join(LOCKS)), ["k8s__default__live"]);
     fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_records_mac_is_checked_and_written_as_the_agent_writes_it() {
+    let r = record(A, "c1", "net1");
+    let mut v = r.port();
+    assert_eq!(v["mac-address"], "02:00:00:00:00:01");
+    // The agent's own files may spell it in capitals; absent or empty is none.
+    v["mac-address"] = "02:AB:00:00:00:01".into();
+    let back: Record = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(back.mac, crate::vmi::Mac::parse("02:ab:00:00:00:01"));
+    v["mac-address"] = "".into();
+    let back: Record = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(back.mac, None);
+    assert!(back.port().get("mac-address").is_none());
 }
 
 #[test]

@@ -81,7 +81,7 @@ pub fn describe(record: &Record, ip: &IpConfig, mtu: u32) -> Result<Spec> {
         // The tag the vRouter applies now (it may have changed since ADD), else the one ADD used.
         vlan: record.vlan.map(|t| ip.vlan.unwrap_or(t)),
         // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
-        mac: Mac::parse(&record.mac).unwrap_or(ip.mac),
+        mac: record.mac.unwrap_or(ip.mac),
         mtu,
         addresses,
         on_link,

@@ -73,7 +73,7 @@ pub(crate) struct Observation {
     /// What CHECK would find different, when there is something to compare.
     pub differs: Option<String>,
     /// The MAC and the addresses to show.
-    pub mac: String,
+    pub mac: Option<Mac>,
     pub addresses: Vec<String>,
 }
 
@@ -387,7 +387,7 @@ impl Links {
 
 /// The pod's end of a kernel kind: named as the record says, with the VMI's MAC and `mtu`.
 fn pod_end(record: &Record, mtu: u32) -> Result<VethEnd<'_>> {
-    let mac = Mac::parse(&record.mac).ok_or_else(|| {
+    let mac = record.mac.ok_or_else(|| {
         Error::Interface(Conflict::NoMac {
             vmi: record.vmi_uuid.to_string(),
         })
@@ -567,13 +567,13 @@ fn observe_in_pod<K: Kind + ?Sized>(
     };
     let (mac, addresses) = match &link {
         Some((l, a)) => (
-            l.mac.map(|m| Mac(m).to_string()).unwrap_or_default(),
+            l.mac.map(Mac),
             a.iter()
                 .filter(|n| !n.ip().is_loopback() && !is_link_local(n))
                 .map(|n| n.to_string())
                 .collect(),
         ),
-        None => (r.mac.clone(), Vec::new()),
+        None => (r.mac, Vec::new()),
     };
     Observation {
         sandbox: netns.is_some(),

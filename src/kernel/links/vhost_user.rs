@@ -224,8 +224,10 @@ impl Kind for VhostUser {
     fn observe(&self, _: &mut Socket, r: &Record, ip: Option<&IpConfig>, _: u32) -> Observation {
         let (differs, addresses) = match ip {
             Some(ip) => (
-                (ip.mac.to_string() != r.mac)
-                    .then(|| format!("the agent has MAC {}, the attachment {}", ip.mac, r.mac)),
+                (r.mac != Some(ip.mac)).then(|| {
+                    let has = r.mac.map_or_else(|| "none".to_string(), |m| m.to_string());
+                    format!("the agent has MAC {}, the attachment {has}", ip.mac)
+                }),
                 [ip.v4.map(|n| n.to_string()), ip.v6.map(|n| n.to_string())]
                     .into_iter()
                     .flatten()
@@ -238,7 +240,7 @@ impl Kind for VhostUser {
             whole: self.paths(r, false).is_ok_and(|p| vhost::intact(&p)),
             pieces: "vhost-user link",
             differs,
-            mac: r.mac.clone(),
+            mac: r.mac,
             addresses,
         }
     }
