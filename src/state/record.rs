@@ -198,14 +198,13 @@ mod string_bool {
 impl Record {
     pub fn claim(&self) -> Claim {
         Claim {
-            vmi: self.vmi_uuid.to_string(),
-            container_id: Some(self.container_id.to_string()),
-            ifname: self.ifname.to_string(),
+            vmi: self.vmi_uuid.clone(),
+            holder: Some((self.container_id.clone(), self.ifname.clone())),
         }
     }
 
-    pub fn is(&self, container_id: &str, ifname: &str) -> bool {
-        self.container_id == container_id && self.ifname == ifname
+    pub fn is(&self, container_id: &ContainerId, ifname: &IfName) -> bool {
+        self.container_id == *container_id && self.ifname == *ifname
     }
 
     /// A file in the agent's format without this plugin's marker: the OpenSDN Go plugin wrote
@@ -299,9 +298,8 @@ pub struct Unreadable {
 impl Unreadable {
     pub fn claim(&self) -> Claim {
         Claim {
-            vmi: self.vmi_uuid.to_string(),
-            container_id: None,
-            ifname: String::new(),
+            vmi: self.vmi_uuid.clone(),
+            holder: None,
         }
     }
 }

@@ -191,7 +191,7 @@ fn what_a_power_loss_tore_goes_when_the_pod_is_locked_and_nothing_else() {
     let pod = state.lock_pod(&vm(POD), later()).unwrap();
     let files = pod.files().unwrap();
     assert!(files.torn.is_empty());
-    let claimed: Vec<String> = files.claims().into_iter().map(|c| c.vmi).collect();
+    let claimed: Vec<String> = files.claims().iter().map(|c| c.vmi.to_string()).collect();
     assert_eq!(claimed, [A, c, d], "what a power loss tore holds no VMI");
     let mut left = vec![A.to_string(), c.to_string(), d.to_string(), reserved(e)];
     left.sort();
@@ -217,9 +217,11 @@ fn agent_written_corrupt_and_future_files() {
     assert_eq!(
         files.records[0].claim(),
         Claim {
-            vmi: A.into(),
-            container_id: Some("c0".into()),
-            ifname: "eth0".into()
+            vmi: id(A),
+            holder: Some((
+                ContainerId::parse("c0").unwrap(),
+                IfName::parse("eth0").unwrap()
+            )),
         }
     );
     assert!(files.unreadable.is_empty());

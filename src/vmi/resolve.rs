@@ -5,23 +5,23 @@
 use crate::kernel::conflict::Conflict;
 
 use super::{Vmi, default_gw};
-use crate::ids::IfName;
+use crate::ids::{ContainerId, IfName, VmiUuid};
 
 /// An attachment recorded in a local state file: which sandbox and interface hold which VMI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
-    pub vmi: String,
-    /// `None` for a state file that cannot be read: its holder is unknown, so it counts as live.
-    pub container_id: Option<String>,
-    pub ifname: String,
+    pub vmi: VmiUuid,
+    /// The sandbox and its interface that hold it; `None` for a state file that cannot be read:
+    /// its holder is unknown, so it counts as live.
+    pub holder: Option<(ContainerId, IfName)>,
 }
 
 /// What the resolver was asked, besides the data.
 #[derive(Debug, Clone, Copy)]
 pub struct Attachment<'a> {
     pub network: &'a str,
-    pub container_id: &'a str,
-    pub ifname: &'a str,
+    pub container_id: &'a ContainerId,
+    pub ifname: &'a IfName,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,13 +88,17 @@ pub fn resolve<'a>(
     };
     let named = candidates
         .iter()
-        .find(|v| v.interface.as_deref() == Some(at.ifname));
+        .find(|v| v.interface.as_deref() == Some(at.ifname.as_str()));
     let ours = || {
         candidates.iter().find(|v| {
             // Never a VMI that asked for another name, whatever a state file says.
-            v.interface.as_deref().is_none_or(|i| i == at.ifname)
+            v.interface
+                .as_deref()
+                .is_none_or(|i| i == at.ifname.as_str())
                 && claimed_by(v).iter().any(|c| {
-                    c.container_id.as_deref() == Some(at.container_id) && c.ifname == at.ifname
+                    c.holder
+                        .as_ref()
+                        .is_some_and(|h| h.0 == *at.container_id && h.1 == *at.ifname)
                 })
         })
     };
@@ -102,9 +106,9 @@ pub fn resolve<'a>(
         return Ok(Choice::Held(v));
     }
     let live = |c: &&Claim| {
-        c.container_id
-            .as_deref()
-            .is_none_or(|id| id == at.container_id)
+        c.holder
+            .as_ref()
+            .is_none_or(|(id, _)| id == at.container_id)
     };
     let several = candidates.len() > 1;
     let free: Vec<(&Vmi, bool)> = candidates

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ids::{IfName, VmUuid, VmiUuid, VnUuid};
+use crate::ids::{ContainerId, IfName, VmUuid, VmiUuid, VnUuid};
 #[cfg(feature = "thick")]
 use crate::kernel::conflict::Conflict;
 use crate::vmi::Malformed;
@@ -35,17 +35,20 @@ fn vmi(n: u8, network: &str, index: u32, count: u32) -> Vmi {
 
 fn claim(n: u8, container_id: &str, ifname: &str) -> Claim {
     Claim {
-        vmi: uuid(n),
-        container_id: Some(container_id.into()),
-        ifname: ifname.into(),
+        vmi: VmiUuid::parse(uuid(n)).unwrap(),
+        holder: Some((
+            ContainerId::parse(container_id).unwrap(),
+            IfName::parse(ifname).unwrap(),
+        )),
     }
 }
 
-fn at<'a>(network: &'a str, ifname: &'a str) -> Attachment<'a> {
+/// An attachment of sandbox `sandbox-2` (leaked: a test's few bytes).
+fn at<'a>(network: &'a str, ifname: &str) -> Attachment<'a> {
     Attachment {
         network,
-        container_id: "sandbox-2",
-        ifname,
+        container_id: Box::leak(Box::new(ContainerId::parse("sandbox-2").unwrap())),
+        ifname: Box::leak(Box::new(IfName::parse(ifname).unwrap())),
     }
 }
 
@@ -235,9 +238,8 @@ fn other_pods_claims_do_not_matter_for_other_vmis() {
 fn an_unreadable_claim_holds_its_vmi() {
     let vmis = pod();
     let claims = [Claim {
-        vmi: uuid(5),
-        container_id: None,
-        ifname: String::new(),
+        vmi: VmiUuid::parse(uuid(5)).unwrap(),
+        holder: None,
     }];
     assert_eq!(pick(&vmis, at("net-a", "net1"), &claims, &[uuid(5)]), Ok(9));
 }

@@ -9,7 +9,7 @@ use proptest::option;
 use proptest::prelude::*;
 use proptest::sample::select;
 
-use contrail_k8s_cni::ids::{VmUuid, VmiUuid, VnUuid};
+use contrail_k8s_cni::ids::{ContainerId, IfName, VmUuid, VmiUuid, VnUuid};
 use contrail_k8s_cni::vmi::{self, Attachment, Claim, Mac, Unresolved, Vmi};
 use contrail_testkit::uuid_of;
 
@@ -84,6 +84,22 @@ struct Scenario {
     claim_order: Vec<usize>,
 }
 
+fn id(s: &str) -> ContainerId {
+    ContainerId::parse(s).unwrap()
+}
+
+fn if_name(s: &str) -> IfName {
+    IfName::parse(s).unwrap()
+}
+
+/// The interface of sandbox `sandbox` that holds the claim, if it is that sandbox's.
+fn held_by<'c>(c: &'c Claim, sandbox: &str) -> Option<&'c str> {
+    c.holder
+        .as_ref()
+        .filter(|(id, _)| id.as_str() == sandbox)
+        .map(|(_, i)| i.as_str())
+}
+
 fn holder() -> BoxedStrategy<Option<String>> {
     prop_oneof![
         3 => Just(Some(THIS.to_string())),
@@ -127,10 +143,9 @@ fn scenario() -> BoxedStrategy<Scenario> {
                     .into_iter()
                     .enumerate()
                     .filter_map(|(i, c)| {
-                        c.map(|(container_id, ifname)| Claim {
-                            vmi: uuids[i].clone(),
-                            container_id,
-                            ifname: ifname.to_string(),
+                        c.map(|(container_id, name)| Claim {
+                            vmi: VmiUuid::parse(uuids[i].clone()).unwrap(),
+                            holder: container_id.map(|c| (id(&c), if_name(name))),
                         })
                     })
                     .collect();
@@ -165,10 +180,11 @@ fn claims_on<'c>(claims: &'c [Claim], v: &'c Vmi) -> impl Iterator<Item = &'c Cl
 }
 
 fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
+    let (this, name) = (id(THIS), if_name(s.ifname));
     let at = Attachment {
         network: s.network,
-        container_id: THIS,
-        ifname: s.ifname,
+        container_id: &this,
+        ifname: &name,
     };
     let (got, asked) = resolved(at, &s.vmis, &s.claims, &s.registered);
 
@@ -189,9 +205,7 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
         .find(|v| v.interface.as_deref() == Some(s.ifname));
     let not_for_another = |v: &Vmi| v.interface.as_deref().is_none_or(|i| i == s.ifname);
     let held = candidates.iter().find(|v| {
-        not_for_another(v)
-            && claims_on(&s.claims, v)
-                .any(|c| c.container_id.as_deref() == Some(THIS) && c.ifname == s.ifname)
+        not_for_another(v) && claims_on(&s.claims, v).any(|c| held_by(c, THIS) == Some(s.ifname))
     });
     // The agent is asked only about VMIs no state file names, of a network attached more than
     // once, in index order, and about none after the one taken.
@@ -228,10 +242,10 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
             if v.interface.as_deref() != Some(s.ifname) {
                 for c in claims_on(&s.claims, v) {
                     prop_assert!(
-                        !(c.container_id.as_deref() == Some(THIS) && c.ifname != s.ifname),
-                        "VMI {} is held by {} of this sandbox",
+                        held_by(c, THIS).is_none_or(|i| i == s.ifname),
+                        "VMI {} is held by {:?} of this sandbox",
                         v.uuid,
-                        c.ifname
+                        held_by(c, THIS)
                     );
                 }
             }
@@ -260,7 +274,7 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
                 let claims: Vec<&Claim> = claims_on(&s.claims, v).collect();
                 let live = claims
                     .iter()
-                    .any(|c| c.container_id.as_deref().is_none_or(|id| id == THIS));
+                    .any(|c| c.holder.as_ref().is_none_or(|(id, _)| id.as_str() == THIS));
                 let unexplained = candidates.len() > 1
                     && s.registered.iter().any(|r| *r == v.uuid)
                     && claims.is_empty();
@@ -317,29 +331,33 @@ proptest! {
             .iter()
             .zip(&old)
             .filter(|(_, o)| **o)
-            .map(|(v, _)| Claim { vmi: v.uuid.to_string(), container_id: Some(OLD.into()), ifname: "eth0".into() })
+            .map(|(v, _)| Claim { vmi: v.uuid.clone(), holder: Some((id(OLD), if_name("eth0"))) })
             .collect();
-        let registered: Vec<String> = claims.iter().map(|c| c.vmi.clone()).collect();
+        let registered: Vec<String> = claims.iter().map(|c| c.vmi.to_string()).collect();
+        let this = id(THIS);
         let mut on_net: Vec<&Vmi> = vmis.iter().filter(|v| v.network == "net-a").collect();
         on_net.sort_by_key(|v| v.index);
         let mut got = Vec::new();
-        for ifname in &ifnames {
-            let at = Attachment { network: "net-a", container_id: THIS, ifname };
+        for name in &ifnames {
+            let name = if_name(name);
+            let at = Attachment { network: "net-a", container_id: &this, ifname: &name };
             let v = match resolved(at, &vmis, &claims, &registered).0 {
                 Ok(v) => v,
-                Err(e) => return Err(TestCaseError::fail(format!("{ifname}: {e:?} after {got:?}"))),
+                Err(e) => return Err(TestCaseError::fail(format!("{name}: {e:?} after {got:?}"))),
             };
             claims.retain(|c| c.vmi != v.uuid);
-            claims.push(Claim { vmi: v.uuid.to_string(), container_id: Some(THIS.into()), ifname: ifname.to_string() });
+            claims.push(Claim { vmi: v.uuid.clone(), holder: Some((this.clone(), name)) });
             got.push(v.uuid.clone());
         }
         let want: Vec<String> = on_net.iter().map(|v| v.uuid.to_string()).collect();
         prop_assert_eq!(&got, &want);
-        for (ifname, uuid) in ifnames.iter().zip(&got) {
-            let at = Attachment { network: "net-a", container_id: THIS, ifname };
+        for (name, uuid) in ifnames.iter().zip(&got) {
+            let name = if_name(name);
+            let at = Attachment { network: "net-a", container_id: &this, ifname: &name };
             prop_assert_eq!(resolved(at, &vmis, &claims, &registered).0.map(|v| &v.uuid), Ok(uuid));
         }
-        let at = Attachment { network: "net-a", container_id: THIS, ifname: "extra0" };
+        let extra = if_name("extra0");
+        let at = Attachment { network: "net-a", container_id: &this, ifname: &extra };
         prop_assert_eq!(
             resolved(at, &vmis, &claims, &registered).0.map(|v| &v.uuid),
             Err(Unresolved::AllTaken { count: ifnames.len() })
