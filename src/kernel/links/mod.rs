@@ -62,6 +62,16 @@ pub(crate) struct Intent<'a> {
     pub ifname: &'a IfName,
 }
 
+/// Where an attachment is made: the host, the pod (its netns, and a socket there), the node's
+/// state (which says whose a leftover link is), the attachment's MTU.
+pub(crate) struct Site<'a> {
+    pub host: &'a mut Socket,
+    pub netns: &'a Netns,
+    pub ctr: &'a mut Socket,
+    pub state: &'a StateDir,
+    pub mtu: u32,
+}
+
 /// What `inspect` sees of an attachment on the node, the agent's view apart.
 pub(crate) struct Observation {
     /// Its sandbox may still be there (its netns, of this boot).
@@ -97,23 +107,20 @@ pub(crate) trait Kind {
     fn host_name(&self, vmi_uuid: &str) -> String;
 
     /// Whether the node can take one for `call`, before anything is made.
-    fn ready(&self, host: &mut Socket, call: &Intent) -> Result<()>;
+    fn ready(&self, _host: &mut Socket, _call: &Intent) -> Result<()> {
+        Ok(())
+    }
 
-    /// What a new attachment's record keeps of its kind, from the call and its VMI.
-    fn keep(&self, agent: &Agent, call: &Intent, vmi: &Vmi, record: &mut Record) -> Result<()>;
+    /// What a new attachment's record keeps of its kind, from the call and its VMI, beyond
+    /// what every record has.
+    fn keep(&self, _agent: &Agent, _call: &Intent, _vmi: &Vmi, _record: &mut Record) -> Result<()> {
+        Ok(())
+    }
 
-    /// Makes it: the host side, and the pod's end (`ctr` a socket there) named as the record
-    /// says, with the VMI's MAC and `mtu`, down ([`configure`] brings it up). A failure leaves
+    /// Makes it at `site`: the host side, and the pod's end named as the record says, with the
+    /// VMI's MAC and the site's MTU, down ([`configure`] brings it up). A failure leaves
     /// nothing of it.
-    fn create(
-        &self,
-        host: &mut Socket,
-        state: &StateDir,
-        record: &Record,
-        mtu: u32,
-        netns: &Netns,
-        ctr: &mut Socket,
-    ) -> Result<()>;
+    fn create(&self, site: &mut Site, record: &Record) -> Result<()>;
 
     /// Registers the attachment's port with the agent: `POST /vm` with the record itself.
     fn register(&self, seal: &Seal, agent: &Agent, r: &Record) -> Result<()> {
@@ -318,7 +325,14 @@ impl Links {
         ctr: &mut Socket,
     ) -> Result<()> {
         let (kind, host) = self.with_host(Which::of_record(record));
-        kind.create(host, state, record, mtu, netns, ctr)
+        let mut site = Site {
+            host,
+            netns,
+            ctr,
+            state,
+            mtu,
+        };
+        kind.create(&mut site, record)
     }
 
     /// See [`Kind::remove`]: each kind's records together.
@@ -417,13 +431,7 @@ fn host_side<K: Kind + ?Sized>(
     clippy::disallowed_methods,
     reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
 )]
-fn take_leftover(
-    host: &mut Socket,
-    state: &StateDir,
-    record: &Record,
-    link: Option<Link>,
-    kind: &str,
-) -> Result<()> {
+fn take_leftover(site: &mut Site, record: &Record, link: Option<Link>, kind: &str) -> Result<()> {
     let Some(link) = link else {
         // Gone meanwhile: nothing to take.
         return Ok(());
@@ -432,14 +440,15 @@ fn take_leftover(
     if !names::is_ours(&name) || link.kind.as_deref() != Some(kind) {
         return Err(Error::Interface(Conflict::NotOurs { name }));
     }
-    let holder = state
+    let holder = site
+        .state
         .other_holder(&name, &record.vm_name)
-        .map_err(Error::io("reading", state.path()))?;
+        .map_err(Error::io("reading", site.state.path()))?;
     if let Some(pod) = holder {
         return Err(Error::Interface(Conflict::HeldByPod { name, pod }));
     }
     log::info!("replacing leftover host interface {name}");
-    host.delete_link(&name)?;
+    site.host.delete_link(&name)?;
     Ok(())
 }
 

@@ -7,13 +7,18 @@
 //! names them that no other pod's state names is a leftover of a sandbox whose DEL never came,
 //! and is replaced; any other is refused, naming it.
 
-use super::{HostLink, Intent, Kind, pod_end, seen, take_leftover};
+#![allow(
+    clippy::disallowed_methods,
+    reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+)]
+
+use super::{HostLink, Intent, Kind, Site, pod_end, seen, take_leftover};
 use crate::agent::Agent;
 use crate::error::{Conflict, Error, Malformed, Result};
 use crate::kernel::names;
-use crate::kernel::netlink::{Link, Netns, Socket, VethEnd, VlanLink};
+use crate::kernel::netlink::{Link, Socket, VethEnd, VlanLink};
+use crate::state::Record;
 use crate::state::ledger::seal::Seal;
-use crate::state::{Record, StateDir};
 use crate::vmi::{Mac, Vmi};
 
 pub(super) struct Nested {
@@ -48,29 +53,19 @@ impl Nested {
 
     /// The macvlan on the record's VLAN link, made in the pod under a name of its own (see
     /// [`names::macvlan_tmp_ifname`]), then renamed there.
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
-    )]
-    fn create_macvlan(
-        host: &mut Socket,
-        record: &Record,
-        end: &VethEnd,
-        netns: &Netns,
-        ctr: &mut Socket,
-    ) -> Result<()> {
+    fn create_macvlan(site: &mut Site, record: &Record, end: &VethEnd) -> Result<()> {
         let vanished = |name: &str| {
             Error::Interface(Conflict::Vanished {
                 name: name.to_string(),
             })
         };
-        let vlan = host.link(&record.host_ifname)?;
+        let vlan = site.host.link(&record.host_ifname)?;
         let vlan = vlan.ok_or_else(|| vanished(&record.host_ifname))?;
         let tmp = names::macvlan_tmp_ifname(&record.vmi_uuid);
         let made = VethEnd { name: &tmp, ..*end };
-        host.create_macvlan(&made, vlan.index, netns)?;
-        let link = ctr.link(&tmp)?.ok_or_else(|| vanished(&tmp))?;
-        ctr.rename(link.index, end.name)?;
+        site.host.create_macvlan(&made, vlan.index, site.netns)?;
+        let link = site.ctr.link(&tmp)?.ok_or_else(|| vanished(&tmp))?;
+        site.ctr.rename(link.index, end.name)?;
         Ok(())
     }
 }
@@ -112,51 +107,39 @@ impl Kind for Nested {
     }
 
     /// The VLAN sub-interface with the VMI's tag, then the macvlan on it.
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
-    )]
-    fn create(
-        &self,
-        host: &mut Socket,
-        state: &StateDir,
-        record: &Record,
-        mtu: u32,
-        netns: &Netns,
-        ctr: &mut Socket,
-    ) -> Result<()> {
-        let end = &pod_end(record, mtu)?;
+    fn create(&self, site: &mut Site, record: &Record) -> Result<()> {
+        let end = &pod_end(record, site.mtu)?;
         let tag = record.vlan.ok_or_else(|| {
             Error::Interface(Conflict::NoTag {
                 vmi: record.vmi_uuid.to_string(),
             })
         })?;
-        let parent = self.parent(host, mtu)?;
+        let parent = self.parent(site.host, site.mtu)?;
         let alias = format!("contrail-k8s-cni {} {}", record.vmi_uuid, record.vm_name);
         let vlan = VlanLink {
             name: &record.host_ifname,
             parent: parent.index,
             tag,
-            mtu,
+            mtu: site.mtu,
             alias: &alias,
         };
-        match host.create_vlan(&vlan) {
+        match site.host.create_vlan(&vlan) {
             // The name, or the tag on this parent, is taken: by a leftover of this plugin's,
             // replaced, or by something else, refused.
             Err(e) if e.is_exists() => {
-                let taken = host.links()?.into_iter().find(|l| {
+                let taken = site.host.links()?.into_iter().find(|l| {
                     l.name == record.host_ifname
                         || (l.lower == Some(parent.index) && l.vlan == Some(tag))
                 });
-                take_leftover(host, state, record, taken, "vlan")?;
-                host.create_vlan(&vlan)
+                take_leftover(site, record, taken, "vlan")?;
+                site.host.create_vlan(&vlan)
             }
             other => other,
         }?;
-        let macvlan = Nested::create_macvlan(host, record, end, netns, ctr);
+        let macvlan = Nested::create_macvlan(site, record, end);
         if macvlan.is_err() {
             // The attachment was not made: nothing of it stays.
-            let _ = host.delete_link(&record.host_ifname);
+            let _ = site.host.delete_link(&record.host_ifname);
         }
         macvlan
     }

@@ -1,13 +1,17 @@
 //! `veth`: a veth pair, the host end `tap<hash>` (its name and MAC fixed by the VMI), the other
 //! end made directly in the pod. The node's own vRouter takes the host end (`POST /vm`).
 
-use super::{HostLink, Intent, Kind, pod_end, take_leftover};
-use crate::agent::Agent;
+#![allow(
+    clippy::disallowed_methods,
+    reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
+)]
+
+use super::{HostLink, Kind, Site, pod_end, take_leftover};
 use crate::error::Result;
 use crate::kernel::names;
-use crate::kernel::netlink::{Netns, Socket, VethEnd};
-use crate::state::{Record, StateDir};
-use crate::vmi::{Mac, Vmi};
+use crate::kernel::netlink::{Socket, VethEnd};
+use crate::state::Record;
+use crate::vmi::Mac;
 
 pub(super) struct Veth;
 
@@ -16,42 +20,22 @@ impl Kind for Veth {
         names::host_ifname(vmi_uuid)
     }
 
-    fn ready(&self, _: &mut Socket, _: &Intent) -> Result<()> {
-        Ok(())
-    }
-
-    fn keep(&self, _: &Agent, _: &Intent, _: &Vmi, _: &mut Record) -> Result<()> {
-        Ok(())
-    }
-
     /// The host end by its derived name (up), the other end directly in the pod.
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
-    )]
-    fn create(
-        &self,
-        host: &mut Socket,
-        state: &StateDir,
-        record: &Record,
-        mtu: u32,
-        netns: &Netns,
-        _: &mut Socket,
-    ) -> Result<()> {
-        let end = &pod_end(record, mtu)?;
+    fn create(&self, site: &mut Site, record: &Record) -> Result<()> {
+        let end = &pod_end(record, site.mtu)?;
         let host_end = VethEnd {
             name: &record.host_ifname,
             mac: Some(names::host_mac(&record.vmi_uuid)),
             mtu: end.mtu,
         };
-        match host.create_veth(&host_end, end, netns) {
+        match site.host.create_veth(&host_end, end, site.netns) {
             // The host name is derived from the VMI this pod now holds: a veth of that name
             // that no other pod's state names is a leftover of an earlier sandbox or of a
             // crashed ADD whose DEL never came. Replace it; anything else is left alone.
             Err(e) if e.is_exists() => {
-                let leftover = host.link(&record.host_ifname)?;
-                take_leftover(host, state, record, leftover, "veth")?;
-                host.create_veth(&host_end, end, netns)
+                let leftover = site.host.link(&record.host_ifname)?;
+                take_leftover(site, record, leftover, "veth")?;
+                site.host.create_veth(&host_end, end, site.netns)
             }
             other => other,
         }?;

@@ -4,11 +4,16 @@
 //! ([`vhost`]); the port is registered through `POST /port`. Chosen per network, kept per
 //! record: a pod may mix it with veth attachments.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "kernel::links makes and removes the ledger's links and vhost-user files (its creators and removers take the ledger's Seal)"
+)]
+
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::{Debris, HostLink, Intent, Kind, Observation, Unremoved};
+use super::{Debris, HostLink, Intent, Kind, Observation, Site, Unremoved};
 use crate::agent::Agent;
 use crate::cni::{BadEnv, EnvProblem, Outcome};
 use crate::config::{Mode, VifType, VrouterMode};
@@ -16,10 +21,10 @@ use crate::error::{Error, Result};
 use crate::ids::PodUid;
 use crate::kernel::interface::{Mismatch, Spec};
 use crate::kernel::names;
-use crate::kernel::netlink::{Netns, Socket};
+use crate::kernel::netlink::Socket;
 use crate::kernel::vhost;
 use crate::state::ledger::seal::Seal;
-use crate::state::{Record, Route, StateDir};
+use crate::state::{Record, Route};
 use crate::vmi::{IpConfig, Mac, Vmi};
 
 pub(super) struct VhostUser {
@@ -141,22 +146,10 @@ impl Kind for VhostUser {
 
     /// Nothing in the pod: the pod's directory and the link vrouter-dpdk connects to, paths
     /// checked before anything is made.
-    fn create(
-        &self,
-        _: &mut Socket,
-        _: &StateDir,
-        record: &Record,
-        _: u32,
-        _: &Netns,
-        _: &mut Socket,
-    ) -> Result<()> {
+    fn create(&self, _: &mut Site, record: &Record) -> Result<()> {
         vhost::create(&self.dirs, &self.paths(record, true)?)
     }
 
-    #[allow(
-        clippy::disallowed_methods,
-        reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
-    )]
     fn remove(&self, _: &mut Socket, records: &[&Record]) -> Vec<Unremoved> {
         records
             .iter()
