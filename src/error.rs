@@ -8,7 +8,9 @@
 //! The leaf modules own the errors of their data and import nothing from here: [`crate::cni`]
 //! its [`BadEnv`], [`crate::vmi`] its [`Malformed`] and [`Unresolved`], the kernel its
 //! [`Conflict`] and netlink errors, the agent's client its transport failures and HTTP
-//! violations. This module wraps them.
+//! violations. This module wraps them. No third-party type is part of it: what ureq's and
+//! serde_json's errors say is kept as their words, so that their next major version changes
+//! nothing here.
 
 use std::fmt;
 use std::io;
@@ -110,9 +112,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Stdin that is not JSON.
+    /// Stdin that is not JSON, in the parser's words (where, and what it found).
     #[error("network config on stdin is not JSON: {0}")]
-    NotJson(#[source] serde_json::Error),
+    NotJson(String),
     #[error("invalid network config: {key}: {why}")]
     Config { key: String, why: String },
     /// The network's config sets keys that are the node's to other values than the node's.
@@ -237,7 +239,7 @@ pub(crate) const NO_VMI_DOCS: &str =
 /// skipped (an entry with a space or `@`, a conflist NAD) or added after the pod started
 /// (Multus dynamic networks); a network attached more often than it has VMIs lost entries the
 /// same way (`net-a, net-a`: the second is " net-a").
-fn no_vmi_message(vm_name: &str, network: &str, ifname: &str, why: &Unresolved) -> String {
+fn no_vmi_message(vm_name: &VmName, network: &str, ifname: &str, why: &Unresolved) -> String {
     match why {
         Unresolved::NoSuchNetwork { known } => {
             // Multus names a delegate net<k>, or as the annotation asked: in the string form,

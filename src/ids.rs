@@ -7,7 +7,6 @@
 //! and a header).
 
 use std::fmt;
-use std::ops::Deref;
 
 use serde::{Deserialize, Deserializer, Serialize, de};
 
@@ -103,13 +102,6 @@ macro_rules! identifier {
             }
         }
 
-        impl Deref for $name {
-            type Target = str;
-            fn deref(&self) -> &str {
-                &self.0
-            }
-        }
-
         impl AsRef<str> for $name {
             fn as_ref(&self) -> &str {
                 &self.0
@@ -132,42 +124,6 @@ macro_rules! identifier {
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 fmt::Debug::fmt(&self.0, f)
-            }
-        }
-
-        impl PartialEq<str> for $name {
-            fn eq(&self, other: &str) -> bool {
-                self.0 == other
-            }
-        }
-
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.0 == *other
-            }
-        }
-
-        impl PartialEq<String> for $name {
-            fn eq(&self, other: &String) -> bool {
-                self.0 == *other
-            }
-        }
-
-        impl PartialEq<$name> for str {
-            fn eq(&self, other: &$name) -> bool {
-                self == other.0
-            }
-        }
-
-        impl PartialEq<$name> for &str {
-            fn eq(&self, other: &$name) -> bool {
-                *self == other.0
-            }
-        }
-
-        impl PartialEq<$name> for String {
-            fn eq(&self, other: &$name) -> bool {
-                *self == other.0
             }
         }
 
@@ -261,6 +217,6 @@ mod tests {
             "{e}"
         );
         let ok: VmUuid = serde_json::from_str("\"40936d96-cf0e-11e8-9892-002590aaa964\"").unwrap();
-        assert_eq!(ok, "40936d96-cf0e-11e8-9892-002590aaa964");
+        assert_eq!(ok.as_str(), "40936d96-cf0e-11e8-9892-002590aaa964");
     }
 }

@@ -33,6 +33,7 @@ use crate::cni::{Command, Env, pod};
 use crate::commands::call::Call;
 use crate::commands::{add, check, del, node};
 pub use crate::error::{Error, Result};
+use crate::ids::VmiUuid;
 use crate::ops::{logging, metrics};
 
 /// `--version`: the crate version, the git revision it was built from, the CNI versions.
@@ -268,7 +269,12 @@ fn call(
     };
     let result = dispatch(&mut call, on);
     if !call.vmis.is_empty() {
-        line.vmis = call.vmis.join(",");
+        line.vmis = call
+            .vmis
+            .iter()
+            .map(VmiUuid::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
     }
     result
 }

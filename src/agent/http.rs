@@ -58,8 +58,8 @@ pub enum TransportError {
     CutShort,
     /// Another I/O error on the connection (a reset, ...).
     Io(io::Error),
-    /// Any other failure ureq reports.
-    Other(ureq::Error),
+    /// Any other failure ureq reports, in its words (the error type is ureq's: it stays here).
+    Other(String),
 }
 
 impl TransportError {
@@ -86,7 +86,7 @@ impl fmt::Display for TransportError {
                 f.write_str("the connection closed before the answer was whole")
             }
             TransportError::Io(e) => e.fmt(f),
-            TransportError::Other(e) => e.fmt(f),
+            TransportError::Other(e) => f.write_str(e),
         }
     }
 }
@@ -101,10 +101,10 @@ pub enum HttpViolation {
     ConflictingLengths,
     /// Both Transfer-Encoding and Content-Length.
     LengthAndChunked,
-    /// A head that does not parse (the status line, a header), as ureq's parser says.
-    BadHead(ureq_proto::Error),
-    /// Any other breach ureq's protocol layer reports.
-    Other(ureq_proto::Error),
+    /// A head that does not parse (the status line, a header), in ureq's parser's words.
+    BadHead(String),
+    /// Any other breach ureq's protocol layer reports, in its words.
+    Other(String),
     /// A status line and headers larger than `max` bytes.
     HeadTooLarge { max: usize },
     /// A body larger than `max` bytes.
@@ -119,9 +119,9 @@ impl From<ureq_proto::Error> for HttpViolation {
             P::TooManyContentLengthHeaders => HttpViolation::ConflictingLengths,
             P::ConflictingBodyHeaders => HttpViolation::LengthAndChunked,
             P::HttpParseFail(_) | P::HttpParseTooManyHeaders | P::BadHeader(_) => {
-                HttpViolation::BadHead(e)
+                HttpViolation::BadHead(e.to_string())
             }
-            e => HttpViolation::Other(e),
+            e => HttpViolation::Other(e.to_string()),
         }
     }
 }
@@ -301,7 +301,7 @@ impl Client {
                 io::ErrorKind::UnexpectedEof => TransportError::CutShort,
                 _ => TransportError::Io(e),
             }),
-            e => Failure::Transport(TransportError::Other(e)),
+            e => Failure::Transport(TransportError::Other(e.to_string())),
         }
     }
 }

@@ -345,7 +345,7 @@ impl Agent {
         let path = format!("/vm/{vm_uuid}/{vmi_uuid}");
         self.request(class, Method::Get, &path, None, timeout)?
             .map(|body| {
-                vmi::parse_ip(&body, vm_uuid, vmi_uuid)
+                vmi::parse_ip(&body, vm_uuid.as_str(), vmi_uuid.as_str())
                     .map_err(|e| self.refused(Method::Get, &path, e))
             })
             .transpose()
@@ -486,7 +486,7 @@ impl Agent {
         crash::point(Step::Deregistered);
         ports
             .iter()
-            .filter(|p| p.get("vm-uuid").and_then(Value::as_str) == Some(vm_uuid))
+            .filter(|p| p.get("vm-uuid").and_then(Value::as_str) == Some(vm_uuid.as_str()))
             .try_for_each(|p| self.register(seal, p))
     }
 

@@ -98,7 +98,7 @@ mod tests {
                 name: "web-0".into(),
             }
         );
-        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__ns1__web-0");
+        assert_eq!(pod.vm_name("k8s").unwrap().as_str(), "k8s__ns1__web-0");
     }
 
     #[test]
@@ -114,7 +114,7 @@ mod tests {
         let pod = from_args("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=g")
             .unwrap()
             .unwrap();
-        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__default__g");
+        assert_eq!(pod.vm_name("k8s").unwrap().as_str(), "k8s__default__g");
     }
 
     #[test]
@@ -122,7 +122,7 @@ mod tests {
         let pod = from_args("IgnoreUnknown=1;K8S_POD_NAME=my_ctr")
             .unwrap()
             .unwrap();
-        assert_eq!(pod.vm_name("k8s").unwrap(), "k8s__default__my_ctr");
+        assert_eq!(pod.vm_name("k8s").unwrap().as_str(), "k8s__default__my_ctr");
     }
 
     #[test]

@@ -103,10 +103,10 @@ struct Made {
 }
 
 impl Add<'_> {
-    fn run(&mut self, pod: &Pod, noted: &mut Vec<String>) -> Result<Outcome> {
+    fn run(&mut self, pod: &Pod, noted: &mut Vec<VmiUuid>) -> Result<Outcome> {
         let vmis = self.agent.wait_for_pod(pod, &self.vm_name)?;
         let claimed = self.claim(&vmis)?;
-        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.to_string()));
+        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.clone()));
         crash::point(Step::Claimed);
         let mut made = Made::default();
         self.attach(&claimed.records, &mut made)

@@ -8,7 +8,7 @@ use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem};
 use crate::config::{Mode, NetConf};
 use crate::error::{Error, Result};
-use crate::ids::{ContainerId, IfName, VmName};
+use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::netlink::Netns;
 use crate::state::{Lock, PodFiles, Record, StateDir};
 
@@ -21,14 +21,14 @@ pub struct Call<'a> {
     pub conf: &'a NetConf,
     pub pod: Option<&'a Pod>,
     /// The VMIs the call acted on, for its log line.
-    pub vmis: Vec<String>,
+    pub vmis: Vec<VmiUuid>,
     /// When the call started: its every wait (for the agent, for a lock) ends by then +
     /// poll-timeout x poll-retries.
     pub started: Instant,
 }
 
 /// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
-pub(crate) fn scope(mode: Mode, ifname: &str) -> Option<&str> {
+pub(crate) fn scope(mode: Mode, ifname: &IfName) -> Option<&IfName> {
     match mode {
         Mode::Plugin => Some(ifname),
         #[cfg(feature = "thick")]
@@ -45,13 +45,13 @@ pub(crate) struct Ours {
 impl Call<'_> {
     /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
     /// plugin mode, every one in thick mode.
-    pub(crate) fn ifname(&self) -> Option<&str> {
+    pub(crate) fn ifname(&self) -> Option<&IfName> {
         scope(self.conf.contrail.mode, self.interface)
     }
 
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
     pub(crate) fn lock(&self, state: &StateDir, vm_name: &VmName) -> Result<Lock> {
-        let ifname = self.ifname().unwrap_or("");
+        let ifname = self.ifname().map_or("", IfName::as_str);
         let deadline = self.started + self.conf.contrail.poll_budget();
         state
             .lock_attachment(vm_name, self.container_id, ifname, deadline)
@@ -63,7 +63,7 @@ impl Call<'_> {
     }
 
     fn covers(&self, r: &Record) -> bool {
-        r.container_id == *self.container_id && self.ifname().is_none_or(|i| r.ifname == i)
+        r.container_id == *self.container_id && self.ifname().is_none_or(|i| r.ifname == *i)
     }
 
     /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
@@ -108,8 +108,8 @@ impl Call<'_> {
             .filter(|r| self.covers(r))
             .collect();
         for r in records.iter().chain(&reserved) {
-            if !self.vmis.iter().any(|v| *v == r.vmi_uuid) {
-                self.vmis.push(r.vmi_uuid.to_string());
+            if !self.vmis.contains(&r.vmi_uuid) {
+                self.vmis.push(r.vmi_uuid.clone());
             }
         }
         Ours { records, reserved }

@@ -5,6 +5,7 @@
 use crate::agent::{Agent, Awaited, Class, Poll};
 use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
+use crate::ids::IfName;
 use crate::kernel::interface::{self, Mismatch};
 use crate::kernel::links::Links;
 use crate::kernel::netlink::Socket;
@@ -15,7 +16,7 @@ use crate::vmi::IpConfig;
 pub fn check(call: &mut Call) -> Result<()> {
     let not_recorded = |call: &Call| Mismatch::NotRecorded {
         container_id: call.container_id.to_string(),
-        ifname: call.ifname().map(str::to_string),
+        ifname: call.ifname().map(IfName::to_string),
     };
     let Some((state, vm_name)) = call.locate()? else {
         return Err(not_recorded(call).into());

@@ -5,7 +5,7 @@
 use crate::agent::Agent;
 use crate::commands::call::Call;
 use crate::error::{Error, Result};
-use crate::ids::VmName;
+use crate::ids::{IfName, VmName};
 use crate::kernel::links::Links;
 use crate::state::ledger;
 use crate::state::{Lock, StateDir};
@@ -28,7 +28,7 @@ pub fn del(call: &mut Call) -> Result<()> {
 
 /// The attachment's lock; when an ADD holds it, that ADD is asked to stop first.
 fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &VmName) -> Result<Lock> {
-    let (cid, ifname) = (call.container_id, call.ifname().unwrap_or(""));
+    let (cid, ifname) = (call.container_id, call.ifname().map_or("", IfName::as_str));
     let locking = || Error::io("locking the attachment in", state.path());
     match state
         .try_lock_attachment(vm_name, cid, ifname)

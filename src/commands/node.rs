@@ -8,7 +8,7 @@ use crate::agent::Agent;
 use crate::commands::call::scope;
 use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
-use crate::ids::VmName;
+use crate::ids::{IfName, VmName};
 use crate::kernel::links::Links;
 use crate::state::ledger;
 use crate::state::{Record, StateDir, sandbox_gone};
@@ -151,7 +151,9 @@ fn release_in(
         // A call on the attachment is running: it is not stale, or that call ends it.
         let key = (
             r.container_id.clone(),
-            scope(conf.mode, &r.ifname).unwrap_or("").to_string(),
+            scope(conf.mode, &r.ifname)
+                .map_or("", IfName::as_str)
+                .to_string(),
         );
         if !locks.iter().any(|(k, _)| *k == key) {
             let lock = state

@@ -438,10 +438,10 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
             let key = if path == "." { "(top level)" } else { &path };
             Error::config(key, e)
         } else {
-            Error::NotJson(e)
+            Error::NotJson(e.to_string())
         }
     })?;
-    de.end().map_err(Error::NotJson)?;
+    de.end().map_err(|e| Error::NotJson(e.to_string()))?;
     let version = match &conf.cni_version {
         Some(v) => Version::parse(v).ok_or_else(|| Error::Version(v.to_string()))?,
         None => return Err(Error::config("cniVersion", "missing")),

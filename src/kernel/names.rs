@@ -2,7 +2,7 @@
 //! that a DEL, a crashed ADD's retry and GC find them again; short, as the kernel and the file
 //! system want them.
 
-use crate::ids::VmName;
+use crate::ids::{ContainerId, VmName};
 
 /// FNV-1a over `bytes`: small and stable across versions and machines (names made with it
 /// outlive the process that made them).
@@ -74,8 +74,18 @@ pub(crate) fn host_mac(vmi_uuid: &str) -> [u8; 6] {
 
 /// An attachment's lock file name: the pod's, then a hash of (container id, ifname). A
 /// collision only makes two calls wait for each other.
-pub(crate) fn attachment_lock(vm_name: &VmName, container_id: &str, ifname: &str) -> String {
-    let h = fnv1a(container_id.bytes().chain([0]).chain(ifname.bytes()));
+pub(crate) fn attachment_lock(
+    vm_name: &VmName,
+    container_id: &ContainerId,
+    ifname: &str,
+) -> String {
+    let h = fnv1a(
+        container_id
+            .as_str()
+            .bytes()
+            .chain([0])
+            .chain(ifname.bytes()),
+    );
     format!("{vm_name}@{h:016x}")
 }
 
@@ -121,7 +131,11 @@ mod tests {
             HOST_0_1_0
         );
         assert_eq!(
-            attachment_lock(&VmName::parse("k8s__default__p").unwrap(), "c1", "net1"),
+            attachment_lock(
+                &VmName::parse("k8s__default__p").unwrap(),
+                &ContainerId::parse("c1").unwrap(),
+                "net1"
+            ),
             LOCK_0_1_0
         );
     }

@@ -201,7 +201,7 @@ pub(crate) fn health(record: &Record, o: &Observed) -> Finding {
         (false, _, _) => Finding::StaleSandbox,
         (_, false, _) => Finding::Missing(o.pieces),
         (_, _, AgentView::NoIpConfig) => Finding::NoIpConfig,
-        (_, _, AgentView::Registered(h)) if *h != record.host_ifname => {
+        (_, _, AgentView::Registered(h)) if h != record.host_ifname.as_str() => {
             Finding::RegisteredAs(h.clone())
         }
         (_, _, AgentView::Unreachable) => Finding::AgentUnreachable,
@@ -261,8 +261,14 @@ fn attachment(
     addresses: Vec<String>,
 ) -> Row {
     Row {
-        pod: r.vm_name.split("__").skip(1).collect::<Vec<_>>().join("/"),
-        sandbox: r.container_id.chars().take(12).collect(),
+        pod: r
+            .vm_name
+            .as_str()
+            .split("__")
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("/"),
+        sandbox: r.container_id.as_str().chars().take(12).collect(),
         ifname: r.ifname.to_string(),
         network: r.network.clone(),
         vmi: r.vmi_uuid.to_string(),
@@ -306,15 +312,15 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
                 && files.others.is_empty()
                 && files.legacy_resync.is_none();
             if empty {
-                rows.push(debris(&vm_name, &Finding::EmptyPodDirectory));
+                rows.push(debris(vm_name.as_str(), &Finding::EmptyPodDirectory));
             }
             if files.legacy_resync.is_some() {
-                rows.push(debris(&vm_name, &Finding::DeregistrationPending));
+                rows.push(debris(vm_name.as_str(), &Finding::DeregistrationPending));
             }
             for p in files.pending.iter().filter(|p| p.then == Then::Gone) {
                 rows.push(Row {
                     vmi: p.vmi_uuid.to_string(),
-                    ..debris(&vm_name, &Finding::DeregistrationPending)
+                    ..debris(vm_name.as_str(), &Finding::DeregistrationPending)
                 });
             }
             for r in &files.reserved {
@@ -322,10 +328,10 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
                 rows.push(row);
             }
             for t in files.temps {
-                rows.push(debris(&vm_name, &Finding::TempFile(t)));
+                rows.push(debris(vm_name.as_str(), &Finding::TempFile(t)));
             }
             for t in files.torn {
-                rows.push(debris(&vm_name, &Finding::Torn(t)));
+                rows.push(debris(vm_name.as_str(), &Finding::Torn(t)));
             }
             for name in files.others {
                 rows.push(debris(&format!("{vm_name}/{name}"), &Finding::NotOurs));
@@ -333,7 +339,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
             for u in files.unreadable {
                 rows.push(Row {
                     vmi: u.vmi_uuid.to_string(),
-                    ..debris(&vm_name, &Finding::Unreadable(u.why))
+                    ..debris(vm_name.as_str(), &Finding::Unreadable(u.why))
                 });
             }
             let mut found = files.records;
@@ -425,7 +431,7 @@ fn stray_registrations(
             Some(Row {
                 vmi: v.uuid.to_string(),
                 host: ip.registered_as?,
-                ..debris(vm_name, &finding)
+                ..debris(vm_name.as_str(), &finding)
             })
         })
         .collect()

@@ -6,7 +6,8 @@
 //! [`Links::register`] and [`Links::remove`] take a [`Seal`], which only this module can make. Everything else gets
 //! read-only views (`PodFiles`, the agent's GETs, `Links`' observers). An ADD's steps are a
 //! typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`] takes one and yields a
-//! [`Linked`] attachment, [`register`] takes those. ADD's claims, links and
+//! [`Linked`] attachment, [`register`] takes those; a release's too: only an `Unlinked` record
+//! (its link removed, or never made) is released. ADD's claims, links and
 //! registrations, DEL, the rollback of a failed ADD, GC, the sweep and the resync of an
 //! interrupted call all go through here.
 //!
@@ -94,6 +95,12 @@ pub(crate) fn register(agent: &Agent, links: &Links, linked: &[Linked]) -> Resul
         .try_for_each(|r| links.register(&SEAL, agent, r))
 }
 
+/// A record whose attachment has no link left: its interface was removed, or never made. Only
+/// such a record's file is released ([`release`]): one whose link could not be removed stays a
+/// record, for the next DEL, and never becomes a release or a reservation that no DEL would
+/// take the link of. Only [`delete_links`] and [`undo`] make one.
+struct Unlinked(Record);
+
 /// Takes the pod's lock, finishes what an earlier call left pending (it was killed, or the
 /// agent did not answer it), and reads what the pod's directory then holds.
 pub(crate) fn open(
@@ -160,13 +167,8 @@ pub(crate) fn remove(
     records: &[Record],
     reserved: &[Record],
 ) -> Result<()> {
-    let failed = delete_links(links, records);
+    let (gone, failed) = delete_links(links, records);
     crash::point(Step::Unlinked);
-    let gone: Vec<Record> = records
-        .iter()
-        .filter(|r| !failed.iter().any(|u| *u.vmi == *r.vmi_uuid))
-        .cloned()
-        .collect();
     release(agent, pod, &gone, Then::Gone, Registered::Maybe)?;
     for r in reserved {
         pod.drop_reservation(&r.vmi_uuid)
@@ -184,8 +186,9 @@ pub(crate) fn remove(
 
 /// Undoes a failed ADD: puts back the records it rewrote (`restore`: attachments that were
 /// there before the call, registered), deletes the interfaces it created (`made`) and releases
-/// its new `claims`, which stay the attachments' (reservations) so that no sibling takes their
-/// VMIs. Keeps going after a failure and returns every one.
+/// its new `claims` that have no link left, which stay the attachments' (reservations) so that
+/// no sibling takes their VMIs; a claim whose link could not be deleted stays a record, for the
+/// DEL that follows a failed ADD. Keeps going after a failure and returns every one.
 pub(crate) fn undo(
     agent: &Agent,
     links: &mut Links,
@@ -203,8 +206,19 @@ pub(crate) fn undo(
                 .err()
         })
         .collect();
-    failed.extend(unlink(links, made));
-    failed.extend(release(agent, pod, claims, Then::Reserved, registered).err());
+    let (unlinked, unremoved) = delete_links(links, made);
+    failed.extend(unremoved.into_iter().map(|u| u.error));
+    // A claim whose link this call never made has none to remove.
+    let never_linked = claims
+        .iter()
+        .filter(|c| !made.iter().any(|m| m.vmi_uuid == c.vmi_uuid))
+        .map(|c| Unlinked(c.clone()));
+    let claims: Vec<Unlinked> = unlinked
+        .into_iter()
+        .filter(|u| claims.iter().any(|c| c.vmi_uuid == u.0.vmi_uuid))
+        .chain(never_linked)
+        .collect();
+    failed.extend(release(agent, pod, &claims, Then::Reserved, registered).err());
     failed
 }
 
@@ -214,19 +228,23 @@ pub(crate) fn undo(
 /// records were just rewritten as its claims; named the Go plugin's way, no new link replaces
 /// them). Returns every failure.
 pub(crate) fn unlink(links: &mut Links, records: &[Record]) -> Vec<Error> {
-    delete_links(links, records)
-        .into_iter()
-        .map(|u| u.error)
-        .collect()
+    let (_, failed) = delete_links(links, records);
+    failed.into_iter().map(|u| u.error).collect()
 }
 
-/// Removes the records' interfaces; the ones that could not be removed, with why.
-fn delete_links(links: &mut Links, records: &[Record]) -> Vec<Unremoved> {
+/// Removes the records' interfaces: the records that have none left, and the ones that could
+/// not be removed, with why.
+fn delete_links(links: &mut Links, records: &[Record]) -> (Vec<Unlinked>, Vec<Unremoved>) {
     let failed = links.remove(&SEAL, records);
     for u in &failed {
         log::warn!("could not delete {}: {}", u.link, u.error);
     }
-    failed
+    let gone = records
+        .iter()
+        .filter(|r| !failed.iter().any(|u| u.vmi == r.vmi_uuid))
+        .map(|r| Unlinked(r.clone()))
+        .collect();
+    (gone, failed)
 }
 
 /// Steps 2 to 4 for `gone`, whose interfaces are gone: renamed to pending, the agent brought in
@@ -235,7 +253,7 @@ fn delete_links(links: &mut Links, records: &[Record]) -> Vec<Unremoved> {
 fn release(
     agent: &Agent,
     pod: &mut PodDir,
-    gone: &[Record],
+    gone: &[Unlinked],
     then: Then,
     registered: Registered,
 ) -> Result<()> {
@@ -244,15 +262,15 @@ fn release(
     if registered == Registered::No || !agent.registers() {
         for r in gone {
             match then {
-                Then::Reserved => pod.reserve(&r.vmi_uuid),
-                Then::Gone => pod.remove(&r.vmi_uuid),
+                Then::Reserved => pod.reserve(&r.0.vmi_uuid),
+                Then::Gone => pod.remove(&r.0.vmi_uuid),
             }
             .map_err(failed)?;
         }
         return Ok(());
     }
     for r in gone {
-        pod.mark_released(&r.vmi_uuid, then).map_err(failed)?;
+        pod.mark_released(&r.0.vmi_uuid, then).map_err(failed)?;
     }
     crash::point(Step::Marked);
     log_unsettled(pod, settle(agent, pod));

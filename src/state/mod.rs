@@ -45,7 +45,7 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{SFlag, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use crate::ids::VmName;
+use crate::ids::{ContainerId, IfName, VmName};
 use crate::kernel::names::attachment_lock;
 use crate::state::files::{entries, flags, io, is_kind, is_temp, mode, stat_at};
 
@@ -137,16 +137,21 @@ impl StateDir {
 
     /// Whether `vm_name` is a pod with state here (a real directory).
     pub fn has_pod(&self, vm_name: &VmName) -> io::Result<bool> {
-        Ok(stat_at(&self.fd, vm_name)?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)))
+        Ok(stat_at(&self.fd, vm_name.as_str())?.is_some_and(|st| is_kind(&st, SFlag::S_IFDIR)))
     }
 
     /// The pod holding an attachment of this container (on `ifname`, or on any interface)
     /// when the pod's name is unknown (a DEL without CNI_ARGS): a scan of every pod, unlocked.
-    pub fn find_pod(&self, container_id: &str, ifname: Option<&str>) -> io::Result<Option<VmName>> {
+    pub fn find_pod(
+        &self,
+        container_id: &ContainerId,
+        ifname: Option<&IfName>,
+    ) -> io::Result<Option<VmName>> {
         for vm_name in self.pods()? {
             let files = self.read_pod(&vm_name)?;
-            let ours =
-                |r: &Record| r.container_id == container_id && ifname.is_none_or(|i| r.ifname == i);
+            let ours = |r: &Record| {
+                r.container_id == *container_id && ifname.is_none_or(|i| r.ifname == *i)
+            };
             if files.records.iter().chain(&files.reserved).any(ours) {
                 return Ok(Some(vm_name));
             }
@@ -165,7 +170,7 @@ impl StateDir {
                 .read_pod(&pod)?
                 .records
                 .iter()
-                .any(|r| r.host_ifname == host_ifname)
+                .any(|r| r.host_ifname.as_str() == host_ifname)
             {
                 return Ok(Some(pod));
             }
@@ -175,7 +180,7 @@ impl StateDir {
 
     /// What a pod's directory holds, read without its lock (for reports and scans).
     pub fn read_pod(&self, vm_name: &VmName) -> io::Result<PodFiles> {
-        let dir = open_pod_dir(&self.fd, vm_name)?;
+        let dir = open_pod_dir(&self.fd, vm_name.as_str())?;
         PodFiles::read(dir.as_ref(), &self.path.join(vm_name))
     }
 
@@ -189,7 +194,7 @@ impl StateDir {
     /// [`StateDir::lock_pod`] if no call holds the pod's lock now: GC and the sweep skip a pod
     /// a call is working on rather than wait for it.
     pub fn try_lock_pod(&self, vm_name: &VmName) -> io::Result<Option<PodDir>> {
-        match Lock::try_take(&self.locks()?, vm_name, Discard::Keep)? {
+        match Lock::try_take(&self.locks()?, vm_name.as_str(), Discard::Keep)? {
             Some(lock) => self.pod_dir(vm_name, lock).map(Some),
             None => Ok(None),
         }
@@ -200,7 +205,7 @@ impl StateDir {
         reason = "removes temporary files a killed call left in the pod's state directory"
     )]
     fn pod_dir(&self, vm_name: &VmName, lock: Lock) -> io::Result<PodDir> {
-        let dir = open_pod_dir(&self.fd, vm_name)?;
+        let dir = open_pod_dir(&self.fd, vm_name.as_str())?;
         if let Some(dir) = &dir {
             for (name, _) in entries(dir)? {
                 if is_temp(&name) {
@@ -224,7 +229,7 @@ impl StateDir {
     pub fn lock_attachment(
         &self,
         vm_name: &VmName,
-        container_id: &str,
+        container_id: &ContainerId,
         ifname: &str,
         deadline: Instant,
     ) -> io::Result<Lock> {
@@ -240,7 +245,7 @@ impl StateDir {
     pub fn try_lock_attachment(
         &self,
         vm_name: &VmName,
-        container_id: &str,
+        container_id: &ContainerId,
         ifname: &str,
     ) -> io::Result<Option<Lock>> {
         Lock::try_take(
@@ -255,7 +260,7 @@ impl StateDir {
     pub fn stop_attachment(
         &self,
         vm_name: &VmName,
-        container_id: &str,
+        container_id: &ContainerId,
         ifname: &str,
     ) -> io::Result<()> {
         let name = stop_marker(&attachment_lock(vm_name, container_id, ifname));
@@ -332,7 +337,7 @@ impl StateDir {
             .filter(|name| {
                 name != LOCKS
                     && name != crate::agent::budget::FILE
-                    && !pods.iter().any(|p| *p == **name)
+                    && !pods.iter().any(|p| p.as_str() == name)
             })
             .collect();
         if let Some(locks) = self.locks_dir()? {

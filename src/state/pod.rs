@@ -102,10 +102,10 @@ impl PodFiles {
                     let vm = String::from_utf8_lossy(&bytes).trim().to_string();
                     files.legacy_resync = VmUuid::parse(vm).ok();
                 }
-                FileName::Record(vmi) => match read(&name, &vmi) {
+                FileName::Record(vmi) => match read(&name, vmi.as_str()) {
                     (_, Ok(r)) => files.records.push(r),
                     (bytes, Err(why)) => {
-                        let port = port_of(bytes.as_deref().ok(), &vmi);
+                        let port = port_of(bytes.as_deref().ok(), vmi.as_str());
                         if torn(&name, &port, &bytes) {
                             files.torn.push(name);
                         } else {
@@ -119,7 +119,7 @@ impl PodFiles {
                     }
                 },
                 FileName::Pending(vmi, then) => {
-                    let record = read(&name, &vmi).1.ok();
+                    let record = read(&name, vmi.as_str()).1.ok();
                     if let (Then::Reserved, Some(r)) = (then, &record) {
                         files.reserved.push(r.clone());
                     }
@@ -129,7 +129,7 @@ impl PodFiles {
                         record,
                     });
                 }
-                FileName::Reserved(vmi) => match read(&name, &vmi) {
+                FileName::Reserved(vmi) => match read(&name, vmi.as_str()) {
                     (_, Ok(r)) => files.reserved.push(r),
                     (bytes, Err(_)) if torn(&name, &None, &bytes) => files.torn.push(name),
                     // A reservation that cannot be read holds nothing: it is debris.
@@ -222,7 +222,7 @@ impl PodDir {
         let body = serde_json::to_vec_pretty(&record.file_json()).map_err(io::Error::other)?;
         let dir = self.dir()?;
         let vmi = &record.vmi_uuid;
-        files::write_atomic(dir, vmi, &body, 0o600, Sync::No)?;
+        files::write_atomic(dir, vmi.as_str(), &body, 0o600, Sync::No)?;
         for name in [
             FileName::Reserved(vmi.clone()),
             FileName::Pending(vmi.clone(), Then::Reserved),

@@ -216,7 +216,7 @@ impl Record {
     pub fn owns_its_vhost_dir(&self) -> bool {
         self.pod_uid
             .as_ref()
-            .is_some_and(|u| u.eq_ignore_ascii_case(&self.vm_uuid))
+            .is_some_and(|u| u.as_str().eq_ignore_ascii_case(self.vm_uuid.as_str()))
     }
 
     /// The attachment of the sandbox and interface it names (`vm-id`, `vm-ifname`), released as
@@ -331,7 +331,7 @@ pub(super) fn parse_record(bytes: &[u8], name: &str) -> Result<Record, String> {
             _ => format!("not a state file: {e}"),
         }
     })?;
-    if r.vmi_uuid != name {
+    if r.vmi_uuid.as_str() != name {
         return Err(format!(
             "names VMI {} but the file is named {name}",
             r.vmi_uuid

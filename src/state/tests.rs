@@ -236,8 +236,13 @@ fn agent_written_corrupt_and_future_files() {
     let bad = pod.files().unwrap().unreadable;
     assert!(bad[0].port.is_none());
     drop(pod);
-    assert_eq!(state.find_pod("c0", Some("eth0")).unwrap(), Some(vm(POD)));
-    assert_eq!(state.find_pod("c0", Some("eth1")).unwrap(), None);
+    let c0 = ContainerId::parse("c0").unwrap();
+    let eth = |n: &str| IfName::parse(n).unwrap();
+    assert_eq!(
+        state.find_pod(&c0, Some(&eth("eth0"))).unwrap(),
+        Some(vm(POD))
+    );
+    assert_eq!(state.find_pod(&c0, Some(&eth("eth1"))).unwrap(), None);
     fs::remove_dir_all(&root).unwrap();
 }
 
@@ -249,7 +254,7 @@ fn hostile_entries_are_refused_not_followed_and_never_hang() {
     let state = StateDir::open(&root).unwrap();
     // A pod directory that is a symlink elsewhere: not a pod, and never written through.
     symlink(&outside, root.join(POD)).unwrap();
-    assert_eq!(state.pods().unwrap(), [] as [String; 0]);
+    assert!(state.pods().unwrap().is_empty());
     assert!(!state.has_pod(&vm(POD)).unwrap());
     assert_eq!(state.strays().unwrap(), [POD]);
     let err = match state.lock_pod(&vm(POD), later()) {
@@ -402,7 +407,14 @@ fn a_pending_deregistration_of_version_0_1_0_is_read() {
         assert_eq!(pod.files().unwrap().legacy_resync, None);
     }
     fs::write(pod.path().join(".resync"), format!("{vm}\n")).unwrap();
-    assert_eq!(pod.files().unwrap().legacy_resync.as_deref(), Some(vm));
+    assert_eq!(
+        pod.files()
+            .unwrap()
+            .legacy_resync
+            .as_ref()
+            .map(VmUuid::as_str),
+        Some(vm)
+    );
     pod.clear_legacy_resync().unwrap();
     assert_eq!(names(pod.path()), [A]);
     fs::remove_dir_all(&root).unwrap();
@@ -461,7 +473,12 @@ fn stale_locks_are_swept_and_held_ones_kept() {
     let root = tempdir("sweep");
     let state = StateDir::open(&root).unwrap();
     let held = state
-        .lock_attachment(&vm(POD), "c1", "net1", later())
+        .lock_attachment(
+            &vm(POD),
+            &ContainerId::parse("c1").unwrap(),
+            "net1",
+            later(),
+        )
         .unwrap();
     fs::write(root.join(LOCKS).join("k8s__default__gone"), "").unwrap();
     let mut live = state.lock_pod(&vm("k8s__default__live"), later()).unwrap();

@@ -71,9 +71,9 @@ fn pick(
 ) -> std::result::Result<u8, Unresolved> {
     let choice = resolve(a, vmis, claims)?;
     let v = choice
-        .take(|v| reg.iter().any(|r| *r == v.uuid))
+        .take(|v| reg.iter().any(|r| *r == v.uuid.as_str()))
         .ok_or(Unresolved::AllTaken { count: 2 })?;
-    Ok(u8::from_str_radix(&v.uuid[34..], 16).unwrap())
+    Ok(u8::from_str_radix(&v.uuid.as_str()[34..], 16).unwrap())
 }
 
 #[test]
@@ -155,7 +155,11 @@ fn registered_without_any_state_file_is_skipped() {
     // A network attached once has nothing to tell apart: no question for the agent.
     let choice = resolve(at("net-b", "net2"), &vmis, &[]).unwrap();
     assert_eq!(
-        choice.take(|_| panic!("asked the agent")).unwrap().uuid,
+        choice
+            .take(|_| panic!("asked the agent"))
+            .unwrap()
+            .uuid
+            .as_str(),
         uuid(7)
     );
 }
@@ -295,9 +299,9 @@ fn default_gw_takes_yes_and_no_and_ignores_the_rest() {
 #[test]
 fn default_gw_annotation_else_cluster_network() {
     let mut vmis = pod();
-    assert_eq!(default_gw(&vmis).unwrap().uuid, uuid(8));
+    assert_eq!(default_gw(&vmis).unwrap().uuid.as_str(), uuid(8));
     vmis[1].default_gw = true;
-    assert_eq!(default_gw(&vmis).unwrap().uuid, uuid(7));
+    assert_eq!(default_gw(&vmis).unwrap().uuid.as_str(), uuid(7));
     let secondary_only = vec![vmi(1, "net-a", 1, 2)];
     assert_eq!(default_gw(&secondary_only), None);
 }
@@ -540,7 +544,10 @@ fn thick_mode_names_follow_index_and_annotations() {
         .map(|w| w.ifname.to_string())
         .collect();
     assert_eq!(names, ["eth0", "eth1", "eth2", "data0"]);
-    assert_eq!(for_pod(&vmis, &ifname("ceth0")).unwrap()[0].ifname, "ceth0");
+    assert_eq!(
+        for_pod(&vmis, &ifname("ceth0")).unwrap()[0].ifname.as_str(),
+        "ceth0"
+    );
     // The default route: annotated, else the cluster network's.
     let gw: Vec<bool> = for_pod(&vmis, &ifname("eth0"))
         .unwrap()

@@ -166,15 +166,15 @@ fn check_vmis(r: &vmi::Parsed<Vec<Vmi>>) -> Result<(), TestCaseError> {
         Ok(v) => v,
     };
     for v in vmis {
-        prop_assert!(valid_uuid(&v.uuid), "id {:?}", v.uuid);
-        prop_assert!(valid_uuid(&v.vm_uuid), "vm-uuid {:?}", v.vm_uuid);
-        prop_assert!(valid_uuid(&v.vn_uuid), "vn-id {:?}", v.vn_uuid);
+        prop_assert!(valid_uuid(v.uuid.as_str()), "id {:?}", v.uuid);
+        prop_assert!(valid_uuid(v.vm_uuid.as_str()), "vm-uuid {:?}", v.vm_uuid);
+        prop_assert!(valid_uuid(v.vn_uuid.as_str()), "vn-id {:?}", v.vn_uuid);
         prop_assert!(v.mac.0[0] & 1 == 0 && v.mac.0 != [0; 6], "mac {}", v.mac);
         prop_assert!(v.index < v.count, "index {}/{}", v.index, v.count);
         if let Some(i) = &v.interface {
             prop_assert!(check_ifname(i).is_ok(), "interface {:?}", i);
         }
-        let host = names::host_ifname(&v.uuid);
+        let host = names::host_ifname(v.uuid.as_str());
         prop_assert!(check_ifname(&host).is_ok());
     }
     // The consumers of a parsed answer must not panic on it either.

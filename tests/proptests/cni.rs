@@ -216,13 +216,13 @@ proptest! {
             Err(e) => prop_assert_eq!(Error::from(e).code(), code::INVALID_ENV),
             Ok(env) => {
                 prop_assert_eq!(Some(env.command.as_str()), vars.get("CNI_COMMAND").map(String::as_str));
-                prop_assert!(env.sandbox.as_ref().is_none_or(|c| valid_name(c)), "{:?}", env.sandbox);
-                prop_assert!(env.interface.as_ref().is_none_or(|i| check_ifname(i).is_ok()), "{:?}", env.interface);
+                prop_assert!(env.sandbox.as_ref().is_none_or(|c| valid_name(c.as_str())), "{:?}", env.sandbox);
+                prop_assert!(env.interface.as_ref().is_none_or(|i| check_ifname(i.as_str()).is_ok()), "{:?}", env.interface);
                 prop_assert!(env.netns.is_empty() || env.netns.starts_with('/'), "{:?}", env.netns);
                 prop_assert!(!env.netns.contains('\0'));
                 if matches!(env.command, Command::Add | Command::Del | Command::Check) {
-                    prop_assert!(env.container_id().is_ok_and(|c| valid_name(c)));
-                    prop_assert!(env.ifname().is_ok_and(|i| check_ifname(i).is_ok()));
+                    prop_assert!(env.container_id().is_ok_and(|c| valid_name(c.as_str())));
+                    prop_assert!(env.ifname().is_ok_and(|i| check_ifname(i.as_str()).is_ok()));
                     prop_assert_eq!(&env.args, vars.get("CNI_ARGS").map_or("", String::as_str));
                 }
                 if matches!(env.command, Command::Add | Command::Check) {

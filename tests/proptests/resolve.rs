@@ -45,14 +45,14 @@ fn resolved<'a>(
     at: Attachment<'_>,
     vmis: &'a [Vmi],
     claims: &[Claim],
-    registered: &[String],
-) -> (Result<&'a Vmi, Unresolved>, Vec<String>) {
+    registered: &[VmiUuid],
+) -> (Result<&'a Vmi, Unresolved>, Vec<VmiUuid>) {
     let mut asked = Vec::new();
     let got = vmi::resolve(at, vmis, claims).and_then(|choice| {
         choice
             .take(|v| {
-                asked.push(v.uuid.to_string());
-                registered.iter().any(|r| *r == v.uuid)
+                asked.push(v.uuid.clone());
+                registered.contains(&v.uuid)
             })
             .ok_or(Unresolved::AllTaken {
                 count: vmis.iter().filter(|v| v.network == at.network).count(),
@@ -76,7 +76,7 @@ fn sibling_uuids(n: usize) -> BoxedStrategy<Vec<String>> {
 struct Scenario {
     vmis: Vec<Vmi>,
     claims: Vec<Claim>,
-    registered: Vec<String>,
+    registered: Vec<VmiUuid>,
     network: &'static str,
     ifname: &'static str,
     /// A permutation of the VMIs and one of the claims, for the order-independence check.
@@ -153,7 +153,7 @@ fn scenario() -> BoxedStrategy<Scenario> {
                     .iter()
                     .zip(reg)
                     .filter(|(_, r)| *r)
-                    .map(|(u, _)| u.clone())
+                    .map(|(u, _)| VmiUuid::parse(u.clone()).unwrap())
                     .collect();
                 let mut claim_order: Vec<usize> = (0..claims.len()).collect();
                 if !claim_order.is_empty() {
@@ -275,9 +275,8 @@ fn check_resolve(s: &Scenario) -> Result<(), TestCaseError> {
                 let live = claims
                     .iter()
                     .any(|c| c.holder.as_ref().is_none_or(|(id, _)| id.as_str() == THIS));
-                let unexplained = candidates.len() > 1
-                    && s.registered.iter().any(|r| *r == v.uuid)
-                    && claims.is_empty();
+                let unexplained =
+                    candidates.len() > 1 && s.registered.contains(&v.uuid) && claims.is_empty();
                 prop_assert!(
                     v.interface.is_some() || live || unexplained,
                     "VMI {} (index {}) was free",
@@ -333,7 +332,7 @@ proptest! {
             .filter(|(_, o)| **o)
             .map(|(v, _)| Claim { vmi: v.uuid.clone(), holder: Some((id(OLD), if_name("eth0"))) })
             .collect();
-        let registered: Vec<String> = claims.iter().map(|c| c.vmi.to_string()).collect();
+        let registered: Vec<VmiUuid> = claims.iter().map(|c| c.vmi.clone()).collect();
         let this = id(THIS);
         let mut on_net: Vec<&Vmi> = vmis.iter().filter(|v| v.network == "net-a").collect();
         on_net.sort_by_key(|v| v.index);
@@ -349,7 +348,7 @@ proptest! {
             claims.push(Claim { vmi: v.uuid.clone(), holder: Some((this.clone(), name)) });
             got.push(v.uuid.clone());
         }
-        let want: Vec<String> = on_net.iter().map(|v| v.uuid.to_string()).collect();
+        let want: Vec<VmiUuid> = on_net.iter().map(|v| v.uuid.clone()).collect();
         prop_assert_eq!(&got, &want);
         for (name, uuid) in ifnames.iter().zip(&got) {
             let name = if_name(name);

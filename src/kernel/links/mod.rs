@@ -26,7 +26,7 @@ use crate::agent::Agent;
 use crate::cni::{Env, Outcome};
 use crate::config::{Contrail, InterfaceType, NetConf, VifType};
 use crate::error::{Conflict, Error, Result};
-use crate::ids::{ContainerId, IfName};
+use crate::ids::{ContainerId, IfName, VmiUuid};
 use crate::kernel::interface::{self, LinkSeen, Seen, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Netns, Route, Socket, VethEnd};
@@ -49,7 +49,7 @@ pub(crate) struct HostLink {
 /// A record whose host side could not be removed: its VMI, the link, why.
 #[derive(Debug)]
 pub(crate) struct Unremoved {
-    pub vmi: String,
+    pub vmi: VmiUuid,
     pub link: String,
     pub error: Error,
 }
@@ -104,7 +104,7 @@ pub(crate) enum Debris {
 /// those of a kind with a kernel interface in the pod.
 pub(crate) trait Kind {
     /// The host side's name for a VMI's attachment (the record's `host-ifname`).
-    fn host_name(&self, vmi_uuid: &str) -> String;
+    fn host_name(&self, vmi_uuid: &VmiUuid) -> String;
 
     /// Whether the node can take one for `call`, before anything is made.
     fn ready(&self, _host: &mut Socket, _call: &Intent) -> Result<()> {
@@ -293,7 +293,7 @@ impl Links {
     }
 
     /// A new attachment's host-side name.
-    pub(crate) fn host_name(&self, conf: &Contrail, vmi_uuid: &str) -> String {
+    pub(crate) fn host_name(&self, conf: &Contrail, vmi_uuid: &VmiUuid) -> String {
         self.kind(Which::of_network(conf)).host_name(vmi_uuid)
     }
 
@@ -391,7 +391,7 @@ impl Links {
         if !kind.in_pod() {
             return Ok(false);
         }
-        let Some(pod) = ctr.link(&record.ifname)?.map(seen) else {
+        let Some(pod) = ctr.link(record.ifname.as_str())?.map(seen) else {
             return Ok(false);
         };
         let host = host_side(kind, host, record)?;
@@ -407,7 +407,7 @@ fn pod_end(record: &Record, mtu: u32) -> Result<VethEnd<'_>> {
         })
     })?;
     Ok(VethEnd {
-        name: &record.ifname,
+        name: record.ifname.as_str(),
         mac: Some(mac.0),
         mtu,
     })
@@ -494,14 +494,13 @@ fn remove_host_links<K: Kind + ?Sized>(
     let names: Vec<&str> = doomed.iter().map(|(_, l)| l.name.as_str()).collect();
     host.delete_links(&names)
         .into_iter()
-        .map(|(name, e)| Unremoved {
-            vmi: doomed
-                .iter()
-                .find(|(_, l)| l.name == name)
-                .map(|(r, _)| r.vmi_uuid.to_string())
-                .unwrap_or_default(),
-            link: name,
-            error: Error::from(e),
+        .filter_map(|(name, e)| {
+            let (r, _) = doomed.iter().find(|(_, l)| l.name == name)?;
+            Some(Unremoved {
+                vmi: r.vmi_uuid.clone(),
+                link: name,
+                error: Error::from(e),
+            })
         })
         .collect()
 }
@@ -527,7 +526,7 @@ fn observe<K: Kind + ?Sized>(
     ctr: &mut Socket,
     record: &Record,
 ) -> Result<Seen> {
-    let link = ctr.link(&record.ifname)?;
+    let link = ctr.link(record.ifname.as_str())?;
     let addresses = match &link {
         Some(l) => ctr.addrs(l.index)?,
         None => Vec::new(),
@@ -560,7 +559,7 @@ fn observe_in_pod<K: Kind + ?Sized>(
         .flatten();
     let mut ctr = netns.as_ref().and_then(|ns| Socket::open(ns).ok());
     let link = ctr.as_mut().and_then(|ctr| {
-        let link = ctr.link(&r.ifname).ok()??;
+        let link = ctr.link(r.ifname.as_str()).ok()??;
         let addrs = ctr.addrs(link.index).unwrap_or_default();
         Some((link, addrs))
     });

@@ -15,6 +15,7 @@
 use super::{HostLink, Intent, Kind, Site, pod_end, seen, take_leftover};
 use crate::agent::Agent;
 use crate::error::{Conflict, Error, Malformed, Result};
+use crate::ids::VmiUuid;
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Socket, VethEnd, VlanLink};
 use crate::state::Record;
@@ -59,9 +60,9 @@ impl Nested {
                 name: name.to_string(),
             })
         };
-        let vlan = site.host.link(&record.host_ifname)?;
-        let vlan = vlan.ok_or_else(|| vanished(&record.host_ifname))?;
-        let tmp = names::macvlan_tmp_ifname(&record.vmi_uuid);
+        let vlan = site.host.link(record.host_ifname.as_str())?;
+        let vlan = vlan.ok_or_else(|| vanished(record.host_ifname.as_str()))?;
+        let tmp = names::macvlan_tmp_ifname(record.vmi_uuid.as_str());
         let made = VethEnd { name: &tmp, ..*end };
         site.host.create_macvlan(&made, vlan.index, site.netns)?;
         let link = site.ctr.link(&tmp)?.ok_or_else(|| vanished(&tmp))?;
@@ -71,8 +72,8 @@ impl Nested {
 }
 
 impl Kind for Nested {
-    fn host_name(&self, vmi_uuid: &str) -> String {
-        names::vlan_ifname(vmi_uuid)
+    fn host_name(&self, vmi_uuid: &VmiUuid) -> String {
+        names::vlan_ifname(vmi_uuid.as_str())
     }
 
     /// The parent interface, up, with at least the network's MTU.
@@ -117,7 +118,7 @@ impl Kind for Nested {
         let parent = self.parent(site.host, site.mtu)?;
         let alias = format!("contrail-k8s-cni {} {}", record.vmi_uuid, record.vm_name);
         let vlan = VlanLink {
-            name: &record.host_ifname,
+            name: record.host_ifname.as_str(),
             parent: parent.index,
             tag,
             mtu: site.mtu,
@@ -128,7 +129,7 @@ impl Kind for Nested {
             // replaced, or by something else, refused.
             Err(e) if e.is_exists() => {
                 let taken = site.host.links()?.into_iter().find(|l| {
-                    l.name == record.host_ifname
+                    l.name == record.host_ifname.as_str()
                         || (l.lower == Some(parent.index) && l.vlan == Some(tag))
                 });
                 take_leftover(site, record, taken, "vlan")?;
@@ -139,7 +140,7 @@ impl Kind for Nested {
         let macvlan = Nested::create_macvlan(site, record, end);
         if macvlan.is_err() {
             // The attachment was not made: nothing of it stays.
-            let _ = site.host.delete_link(&record.host_ifname);
+            let _ = site.host.delete_link(record.host_ifname.as_str());
         }
         macvlan
     }
@@ -148,7 +149,7 @@ impl Kind for Nested {
     /// link is named after (`vm-ifname`, `vm-uuid`).
     fn host_link(&self, r: &Record) -> Option<HostLink> {
         let name = if r.is_legacy() {
-            names::legacy_link(true, &r.ifname, r.vm_uuid.as_str())
+            names::legacy_link(true, r.ifname.as_str(), r.vm_uuid.as_str())
         } else {
             r.host_ifname.to_string()
         };

@@ -8,6 +8,7 @@
 
 use super::{HostLink, Kind, Site, pod_end, take_leftover};
 use crate::error::Result;
+use crate::ids::VmiUuid;
 use crate::kernel::names;
 use crate::kernel::netlink::{Socket, VethEnd};
 use crate::state::Record;
@@ -16,16 +17,16 @@ use crate::vmi::Mac;
 pub(super) struct Veth;
 
 impl Kind for Veth {
-    fn host_name(&self, vmi_uuid: &str) -> String {
-        names::host_ifname(vmi_uuid)
+    fn host_name(&self, vmi_uuid: &VmiUuid) -> String {
+        names::host_ifname(vmi_uuid.as_str())
     }
 
     /// The host end by its derived name (up), the other end directly in the pod.
     fn create(&self, site: &mut Site, record: &Record) -> Result<()> {
         let end = &pod_end(record, site.mtu)?;
         let host_end = VethEnd {
-            name: &record.host_ifname,
-            mac: Some(names::host_mac(&record.vmi_uuid)),
+            name: record.host_ifname.as_str(),
+            mac: Some(names::host_mac(record.vmi_uuid.as_str())),
             mtu: end.mtu,
         };
         match site.host.create_veth(&host_end, end, site.netns) {
@@ -33,7 +34,7 @@ impl Kind for Veth {
             // that no other pod's state names is a leftover of an earlier sandbox or of a
             // crashed ADD whose DEL never came. Replace it; anything else is left alone.
             Err(e) if e.is_exists() => {
-                let leftover = site.host.link(&record.host_ifname)?;
+                let leftover = site.host.link(record.host_ifname.as_str())?;
                 take_leftover(site, record, leftover, "veth")?;
                 site.host.create_veth(&host_end, end, site.netns)
             }
@@ -46,8 +47,8 @@ impl Kind for Veth {
     /// only when its file names that link too.
     fn host_link(&self, r: &Record) -> Option<HostLink> {
         let name = if r.is_legacy() {
-            let derived = names::legacy_link(false, &r.ifname, r.vm_uuid.as_str());
-            if *r.host_ifname != derived {
+            let derived = names::legacy_link(false, r.ifname.as_str(), r.vm_uuid.as_str());
+            if r.host_ifname.as_str() != derived {
                 return None;
             }
             derived
@@ -59,6 +60,6 @@ impl Kind for Veth {
 
     /// Fixed by the VMI: no need to ask.
     fn host_mac(&self, _: &mut Socket, record: &Record) -> Result<Option<Mac>> {
-        Ok(Some(Mac(names::host_mac(&record.vmi_uuid))))
+        Ok(Some(Mac(names::host_mac(record.vmi_uuid.as_str()))))
     }
 }

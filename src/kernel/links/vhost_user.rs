@@ -18,7 +18,7 @@ use crate::agent::Agent;
 use crate::cni::{BadEnv, EnvProblem, Outcome};
 use crate::config::{Mode, VifType, VrouterMode};
 use crate::error::{Error, Result};
-use crate::ids::PodUid;
+use crate::ids::{PodUid, VmiUuid};
 use crate::kernel::interface::{Mismatch, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::Socket;
@@ -41,15 +41,24 @@ impl VhostUser {
             )
         })?;
         let mut paths = if checked {
-            self.dirs
-                .checked_paths(uid, &record.host_ifname, &record.ifname)?
+            self.dirs.checked_paths(
+                uid.as_str(),
+                record.host_ifname.as_str(),
+                record.ifname.as_str(),
+            )?
         } else {
-            self.dirs.paths(uid, &record.host_ifname, &record.ifname)
+            self.dirs.paths(
+                uid.as_str(),
+                record.host_ifname.as_str(),
+                record.ifname.as_str(),
+            )
         };
         // Only the attachment's own: a record of an earlier version may name another file.
-        let ours =
-            self.dirs
-                .device_info_path(&record.network, &record.container_id, &record.ifname);
+        let ours = self.dirs.device_info_path(
+            &record.network,
+            record.container_id.as_str(),
+            record.ifname.as_str(),
+        );
         paths.device_info = record.device_info.clone().filter(|d| *d == ours);
         Ok(paths)
     }
@@ -68,15 +77,19 @@ impl VhostUser {
             .runtime_config
             .as_ref()
             .and_then(|r| r.get("CNIDeviceInfoFile"));
-        self.dirs
-            .device_info_file(asked, &call.conf.network, call.container_id, call.ifname)
+        self.dirs.device_info_file(
+            asked,
+            &call.conf.network,
+            call.container_id.as_str(),
+            call.ifname.as_str(),
+        )
     }
 }
 
 impl Kind for VhostUser {
     /// The port's `system-name`, which names vrouter-dpdk's socket link.
-    fn host_name(&self, vmi_uuid: &str) -> String {
-        names::host_ifname(vmi_uuid)
+    fn host_name(&self, vmi_uuid: &VmiUuid) -> String {
+        names::host_ifname(vmi_uuid.as_str())
     }
 
     /// Refused (code 7) where it cannot work: the node's vRouter is DPDK (`vrouter-mode`, or
@@ -110,8 +123,9 @@ impl Kind for VhostUser {
         }
         let uid = VhostUser::uid(call)?;
         // Every host-side name has the same length: any VMI's checks the paths.
-        let system_name = self.host_name("00000000-0000-0000-0000-000000000000");
-        self.dirs.checked_paths(&uid, &system_name, call.ifname)?;
+        let system_name = names::host_ifname("00000000-0000-0000-0000-000000000000");
+        self.dirs
+            .checked_paths(uid.as_str(), &system_name, call.ifname.as_str())?;
         self.dirs.check_guarded()?;
         self.device_info(call).map(drop)
     }
@@ -122,7 +136,7 @@ impl Kind for VhostUser {
     /// pod's directory.
     fn keep(&self, _: &Agent, call: &Intent, vmi: &Vmi, record: &mut Record) -> Result<()> {
         let uid = VhostUser::uid(call)?;
-        if !vmi.vm_uuid.eq_ignore_ascii_case(&uid) {
+        if !vmi.vm_uuid.as_str().eq_ignore_ascii_case(uid.as_str()) {
             return Err(BadEnv::new(
                 "CNI_ARGS",
                 EnvProblem::UidNotThePods {
@@ -159,11 +173,11 @@ impl Kind for VhostUser {
                     // No pod UID (a file edited by hand): the link, by its fixed name, at least.
                     Err(_) => vhost::remove_link(
                         &self.dirs,
-                        &vhost::link_path(&self.dirs, &r.host_ifname),
+                        &vhost::link_path(&self.dirs, r.host_ifname.as_str()),
                     ),
                 };
                 removed.err().map(|error| Unremoved {
-                    vmi: r.vmi_uuid.to_string(),
+                    vmi: r.vmi_uuid.clone(),
                     link: r.host_ifname.to_string(),
                     error,
                 })
@@ -189,7 +203,11 @@ impl Kind for VhostUser {
     fn finish(&self, _: &mut Socket, _: &mut Socket, spec: &Spec, r: &Record) -> Result<Outcome> {
         let paths = self.paths(r, true)?;
         let outcome = spec.vhost_outcome(&paths.pod_socket.to_string_lossy());
-        vhost::write_info(&self.dirs, &paths, &vhost::info(&outcome, &r.vmi_uuid))?;
+        vhost::write_info(
+            &self.dirs,
+            &paths,
+            &vhost::info(&outcome, r.vmi_uuid.as_str()),
+        )?;
         Ok(outcome)
     }
 
@@ -239,7 +257,7 @@ impl Kind for VhostUser {
     }
 
     fn shown_host(&self, r: &Record) -> String {
-        vhost::link_name(&r.host_ifname)
+        vhost::link_name(r.host_ifname.as_str())
     }
 
     /// The pods' directories no attachment owns, and the `uvh_vif_` links into `vhost-dir`
