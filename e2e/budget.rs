@@ -61,7 +61,13 @@ impl Add {
     fn start(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns) -> Add {
         let args = pod.multus_args(cid);
         let netns = ns.path();
-        let env = node.env("ADD", cid, &netns, "eth0", &args);
+        let env = node
+            .cni("ADD")
+            .container(cid)
+            .netns(&netns)
+            .ifname("eth0")
+            .args(&args)
+            .environment();
         let conf = node.netconf("1.0.0", "contrail-k8s-cni").to_string();
         Add {
             child: start_plugin(&env, conf.as_bytes()),
@@ -190,7 +196,12 @@ fn del_all(node: &mut Node, sim: &Sim, pods: &[PodSpec], cids: &[String], nss: &
         for ((pod, cid), ns) in pods.iter().zip(cids).zip(nss) {
             s.spawn(move || {
                 let conf = node.netconf("1.0.0", "contrail-k8s-cni");
-                node.call("DEL", cid, &ns.path(), "eth0", &pod.multus_args(cid), &conf)
+                node.cni("DEL")
+                    .container(cid)
+                    .netns(&ns.path())
+                    .ifname("eth0")
+                    .args(&pod.multus_args(cid))
+                    .run(&conf)
                     .assert_ok();
             });
         }
@@ -410,7 +421,12 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     let early_cid = uuid();
     let conf = node.netconf("1.0.0", "contrail-k8s-cni");
     let args = early.multus_args(&early_cid);
-    node.call("ADD", &early_cid, &early_ns.path(), "eth0", &args, &conf)
+    node.cni("ADD")
+        .container(&early_cid)
+        .netns(&early_ns.path())
+        .ifname("eth0")
+        .args(&args)
+        .run(&conf)
         .assert_ok();
     let crowd = &pods[..n];
     let (mut nss, mut cids) = sandboxes(crowd);
@@ -469,7 +485,12 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     let collector = TempDir::new();
     let metrics = collector.0.join("metrics.prom");
     node.set("metrics-file", json!(metrics));
-    node.call("DEL", &early_cid, &early_ns.path(), "eth0", &args, &conf)
+    node.cni("DEL")
+        .container(&early_cid)
+        .netns(&early_ns.path())
+        .ifname("eth0")
+        .args(&args)
+        .run(&conf)
         .assert_ok();
     let waited = budget_wait(&metrics, "DEL");
     assert!(

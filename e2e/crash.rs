@@ -27,15 +27,15 @@ fn check(p: &Fixture, ifname: &str) -> Output {
 
 #[track_caller]
 fn killed(p: &Fixture, command: &str, ifname: &str, step: &str) {
-    let out = p.node.call_with(
-        &[("CONTRAIL_CNI_CRASH_AT", step)],
-        command,
-        &p.cid,
-        &p.ns.path(),
-        ifname,
-        &p.args(),
-        &p.conf(network(ifname)),
-    );
+    let out = p
+        .node
+        .cni(command)
+        .container(&p.cid)
+        .netns(&p.ns.path())
+        .ifname(ifname)
+        .args(&p.args())
+        .env("CONTRAIL_CNI_CRASH_AT", step)
+        .run(&p.conf(network(ifname)));
     assert!(
         !out.ok && out.stdout.is_empty(),
         "{command} {step}: the plugin was not killed: {out:?}"
@@ -78,15 +78,15 @@ fn delete_all(p: &Fixture, step: &str) {
 #[test]
 fn a_step_that_does_not_exist_fails_the_call_rather_than_pass_without_a_crash() {
     let p = pod();
-    let out = p.node.call_with(
-        &[("CONTRAIL_CNI_CRASH_AT", "registred")],
-        "ADD",
-        &p.cid,
-        &p.ns.path(),
-        "eth0",
-        &p.args(),
-        &p.conf("default"),
-    );
+    let out = p
+        .node
+        .cni("ADD")
+        .container(&p.cid)
+        .netns(&p.ns.path())
+        .ifname("eth0")
+        .args(&p.args())
+        .env("CONTRAIL_CNI_CRASH_AT", "registred")
+        .run(&p.conf("default"));
     assert!(!out.ok, "{out:?}");
     let msg = out.json()["msg"].as_str().unwrap_or_default().to_string();
     assert!(msg.contains("\"registred\" is no crash point"), "{msg}");

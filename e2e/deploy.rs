@@ -233,7 +233,12 @@ fn watch_installs_configmap_changes_refuses_bad_ones_and_restores_the_binary() {
 
 fn add(node: &Node, pod: &PodSpec, cid: &str, ns: &Netns) {
     let conf = node.netconf("1.0.0", "default");
-    node.call("ADD", cid, &ns.path(), "eth0", &pod.multus_args(cid), &conf)
+    node.cni("ADD")
+        .container(cid)
+        .netns(&ns.path())
+        .ifname("eth0")
+        .args(&pod.multus_args(cid))
+        .run(&conf)
         .assert_ok();
 }
 
@@ -372,15 +377,13 @@ fn the_sweep_releases_sandboxes_whose_netns_is_gone_and_keeps_live_ones() {
     assert_eq!(ports, [live.vmis[0].uuid.clone()]);
     assert_eq!(node.state_files(&live), [live.vmis[0].uuid.clone()]);
     assert_eq!(live_ns.mac("eth0"), live.vmis[0].mac);
-    node.call(
-        "DEL",
-        &live_cid,
-        &live_ns.path(),
-        "eth0",
-        &live.multus_args(&live_cid),
-        &node.netconf("1.0.0", "default"),
-    )
-    .assert_ok();
+    node.cni("DEL")
+        .container(&live_cid)
+        .netns(&live_ns.path())
+        .ifname("eth0")
+        .args(&live.multus_args(&live_cid))
+        .run(&node.netconf("1.0.0", "default"))
+        .assert_ok();
     assert_eq!(node.leftovers(), [] as [String; 0]);
 }
 
@@ -439,7 +442,13 @@ fn the_metrics_file_adds_up_after_concurrent_calls() {
                 let (node, conf) = (&node, &conf);
                 s.spawn(move || {
                     let args = pod.multus_args(cid);
-                    let out = node.call(command, cid, &ns.path(), "eth0", &args, conf);
+                    let out = node
+                        .cni(command)
+                        .container(cid)
+                        .netns(&ns.path())
+                        .ifname("eth0")
+                        .args(&args)
+                        .run(conf);
                     out.assert_ok();
                 });
             }
@@ -449,14 +458,13 @@ fn the_metrics_file_adds_up_after_concurrent_calls() {
     each("DEL");
     // One failure: a network the pod does not have (code 101).
     let args = pods[0].multus_args(&cids[0]);
-    let out = node.call(
-        "ADD",
-        &cids[0],
-        &spaces[0].path(),
-        "net1",
-        &args,
-        &node.netconf("1.0.0", "net-x"),
-    );
+    let out = node
+        .cni("ADD")
+        .container(&cids[0])
+        .netns(&spaces[0].path())
+        .ifname("net1")
+        .args(&args)
+        .run(&node.netconf("1.0.0", "net-x"));
     assert_eq!(out.code(), 101);
 
     let samples = parse_prometheus(&metrics);

@@ -109,7 +109,12 @@ impl Cluster {
         let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "contrail-k8s-cni"});
         let args = self.pod.multus_args(&self.cid);
         self.node
-            .call(command, &self.cid, &self.ns.path(), ifname, &args, &conf)
+            .cni(command)
+            .container(&self.cid)
+            .netns(&self.ns.path())
+            .ifname(ifname)
+            .args(&args)
+            .run(&conf)
     }
 
     /// Multus's attachments for the pod after the cluster network: (ifname, network), each

@@ -117,7 +117,14 @@ fn a_retried_add_that_fails_puts_back_the_record_it_rewrote() {
 fn spawn(fx: &Fixture, command: &str, ifname: &str, network: &str) -> Child {
     let args = fx.args();
     let netns = fx.ns.path();
-    let env = fx.node.env(command, &fx.cid, &netns, ifname, &args);
+    let env = fx
+        .node
+        .cni(command)
+        .container(&fx.cid)
+        .netns(&netns)
+        .ifname(ifname)
+        .args(&args)
+        .environment();
     start_plugin(&env, fx.conf(network).to_string().as_bytes())
 }
 
@@ -198,7 +205,13 @@ fn a_del_whose_config_cannot_be_read_releases_the_attachment() {
         fx.add("eth0", "default");
         let args = fx.args();
         let out = run_plugin(
-            &fx.node.env("DEL", &fx.cid, &fx.ns.path(), "eth0", &args),
+            &fx.node
+                .cni("DEL")
+                .container(&fx.cid)
+                .netns(&fx.ns.path())
+                .ifname("eth0")
+                .args(&args)
+                .environment(),
             stdin.as_bytes(),
         );
         out.assert_ok();

@@ -94,14 +94,14 @@ fn the_plugins_own_namespace_and_non_network_namespaces_are_refused_before_anyth
         .map(|p| (p.as_str(), "the network namespace this plugin runs in"))
         .chain(not_net.iter().map(|p| (*p, "not a network namespace")))
     {
-        let out = fx.node.call(
-            "ADD",
-            &fx.cid,
-            netns,
-            &ifname,
-            &fx.args(),
-            &fx.conf("default"),
-        );
+        let out = fx
+            .node
+            .cni("ADD")
+            .container(&fx.cid)
+            .netns(netns)
+            .ifname(&ifname)
+            .args(&fx.args())
+            .run(&fx.conf("default"));
         assert_eq!(out.code(), 4, "{netns}: {}", out.stdout);
         assert!(
             out.msg().contains("CNI_NETNS") && out.msg().contains(words),
@@ -265,7 +265,14 @@ fn del_during_an_add_that_is_then_killed_removes_what_that_add_built() {
         .collect();
     let args = fx.pod.multus_args(&fx.cid);
     let ns = fx.ns.path();
-    let env = fx.node.env("ADD", &fx.cid, &ns, "eth0", &args);
+    let env = fx
+        .node
+        .cni("ADD")
+        .container(&fx.cid)
+        .netns(&ns)
+        .ifname("eth0")
+        .args(&args)
+        .environment();
     let stdin = fx.conf("default").to_string();
     let signal = |sig: &str| {
         let pid = std::fs::read_to_string(&pid_file).unwrap();

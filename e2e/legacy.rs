@@ -232,14 +232,12 @@ fn gc_keeps_a_live_legacy_sandbox_it_is_not_told_of() {
     let (ours_ns, ours_cid) = (Netns::new(), uuid());
     let conf = fx.node.netconf("1.0.0", "contrail-k8s-cni");
     fx.node
-        .call(
-            "ADD",
-            &ours_cid,
-            &ours_ns.path(),
-            "eth0",
-            &ours.multus_args(&ours_cid),
-            &conf,
-        )
+        .cni("ADD")
+        .container(&ours_cid)
+        .netns(&ours_ns.path())
+        .ifname("eth0")
+        .args(&ours.multus_args(&ours_cid))
+        .run(&conf)
         .assert_ok();
     fx.node.gc(json!([])).assert_ok();
     assert_eq!(fx.sim.ports().len(), 4, "GC released a live sandbox");
@@ -260,14 +258,12 @@ fn gc_keeps_a_live_legacy_sandbox_it_is_not_told_of() {
     assert_eq!(registered, [ours.vmis[0].uuid.clone()]);
     assert_eq!(ours_ns.ifnames(), ["eth0", "lo"]);
     fx.node
-        .call(
-            "DEL",
-            &ours_cid,
-            &ours_ns.path(),
-            "eth0",
-            &ours.multus_args(&ours_cid),
-            &conf,
-        )
+        .cni("DEL")
+        .container(&ours_cid)
+        .netns(&ours_ns.path())
+        .ifname("eth0")
+        .args(&ours.multus_args(&ours_cid))
+        .run(&conf)
         .assert_ok();
     assert_eq!(fx.sim.ports(), []);
 }

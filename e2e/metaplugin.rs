@@ -16,7 +16,12 @@ fn requested_ips_and_macs_are_logged_and_ignored() {
     let args = format!("{};IP=192.0.2.11/24;MAC=02:11:22:33:44:57", fx.args());
     let r = fx
         .node
-        .call("ADD", &fx.cid, &ns.path(), "net1", &args, &conf)
+        .cni("ADD")
+        .container(&fx.cid)
+        .netns(&ns.path())
+        .ifname("net1")
+        .args(&args)
+        .run(&conf)
         .assert_ok()
         .json();
     // Contrail's allocation wins, in the interface and in the result.
@@ -41,7 +46,12 @@ fn requested_ips_and_macs_are_logged_and_ignored() {
         );
     }
     fx.node
-        .call("DEL", &fx.cid, &ns.path(), "net1", &args, &conf)
+        .cni("DEL")
+        .container(&fx.cid)
+        .netns(&ns.path())
+        .ifname("net1")
+        .args(&args)
+        .run(&conf)
         .assert_ok();
 }
 

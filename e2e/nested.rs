@@ -440,7 +440,12 @@ fn a_thick_pod_on_a_nested_node() {
     let conf = fx.conf("default");
     let call = |cmd: &str| {
         fx.node
-            .call(cmd, &fx.cid, &fx.ns.path(), "eth0", &args, &conf)
+            .cni(cmd)
+            .container(&fx.cid)
+            .netns(&fx.ns.path())
+            .ifname("eth0")
+            .args(&args)
+            .run(&conf)
     };
     call("ADD").assert_ok();
     for (i, v) in vmis.iter().enumerate() {
@@ -466,7 +471,12 @@ fn a_thick_pod_with_one_untagged_vmi_writes_nothing() {
     let conf = fx.conf("default");
     let out = fx
         .node
-        .call("ADD", &fx.cid, &fx.ns.path(), "eth0", &args, &conf);
+        .cni("ADD")
+        .container(&fx.cid)
+        .netns(&fx.ns.path())
+        .ifname("eth0")
+        .args(&args)
+        .run(&conf);
     assert_eq!(out.code(), 6, "{}", out.stdout);
     assert!(
         out.msg().contains("vlan-id is not a VLAN tag"),
@@ -489,15 +499,15 @@ fn killed_at_each_step_then_del_leaves_nothing() {
     let (fx, parent) = node_with(pod, &["--not-yet", &not_yet]);
     let conf = fx.conf("default");
     let killed = |command: &str, step: &str| {
-        let out = fx.node.call_with(
-            &[("CONTRAIL_CNI_CRASH_AT", step)],
-            command,
-            &fx.cid,
-            &fx.ns.path(),
-            "eth0",
-            &fx.args(),
-            &conf,
-        );
+        let out = fx
+            .node
+            .cni(command)
+            .container(&fx.cid)
+            .netns(&fx.ns.path())
+            .ifname("eth0")
+            .args(&fx.args())
+            .env("CONTRAIL_CNI_CRASH_AT", step)
+            .run(&conf);
         assert!(
             !out.ok && out.stdout.is_empty(),
             "{command} {step}: not killed: {out:?}"

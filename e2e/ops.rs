@@ -423,7 +423,12 @@ fn inspect_finds_each_kind_of_breakage() {
         for (pod, ns) in pods.iter().zip(&spaces) {
             let conf = node.netconf("1.0.0", "");
             let args = pod.multus_args(&cid);
-            node.call(command, &cid, &ns.path(), "eth0", &args, &conf)
+            node.cni(command)
+                .container(&cid)
+                .netns(&ns.path())
+                .ifname("eth0")
+                .args(&args)
+                .run(&conf)
                 .assert_ok();
         }
     };
@@ -513,14 +518,12 @@ fn check_and_inspect_see_a_look_alike_a_down_interface_and_another_pods_mac() {
     let call = |i: usize, command: &str| {
         let mut conf = node.netconf("1.0.0", "");
         conf["prevResult"] = json!({});
-        node.call(
-            command,
-            &cid,
-            &spaces[i].path(),
-            "eth0",
-            &pods[i].multus_args(&cid),
-            &conf,
-        )
+        node.cni(command)
+            .container(&cid)
+            .netns(&spaces[i].path())
+            .ifname("eth0")
+            .args(&pods[i].multus_args(&cid))
+            .run(&conf)
     };
     for i in 0..pods.len() {
         call(i, "ADD").assert_ok();

@@ -21,14 +21,12 @@ fn call(
     ifname: &str,
     conf: &Value,
 ) -> Output {
-    node.call(
-        command,
-        cid,
-        &ns.path(),
-        ifname,
-        &pod.multus_args(cid),
-        conf,
-    )
+    node.cni(command)
+        .container(cid)
+        .netns(&ns.path())
+        .ifname(ifname)
+        .args(&pod.multus_args(cid))
+        .run(conf)
 }
 
 #[test]
@@ -76,13 +74,13 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
     // list alone proves nothing: every live sandbox keeps its attachments.
     let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
     conf["cni.dev/attachments"] = json!([]);
-    node.call("GC", "", "", "", "", &conf).assert_ok();
+    node.cni("GC").run(&conf).assert_ok();
     assert_eq!(live_ns.ifnames(), ["eth0", "lo", "net1"]);
     assert_eq!(node.state_files(&live).len(), 2);
     assert_eq!(sim.ports().len(), 2);
     // Once its sandbox is gone, the same GC releases it.
     drop(live_ns);
-    node.call("GC", "", "", "", "", &conf).assert_ok();
+    node.cni("GC").run(&conf).assert_ok();
     assert!(!node.pod_dir_exists(&live));
     assert!(sim.ports().is_empty());
     assert!(foreign.exists());
@@ -91,7 +89,7 @@ fn gc_releases_sandboxes_that_are_gone_and_keeps_live_ones() {
     conf.as_object_mut()
         .unwrap()
         .remove("cni.dev/valid-attachments");
-    assert_eq!(node.call("GC", "", "", "", "", &conf).code(), 7);
+    assert_eq!(node.cni("GC").run(&conf).code(), 7);
 }
 
 #[test]
@@ -110,9 +108,9 @@ fn gc_after_a_node_reboot_cleans_state_whose_netns_is_gone() {
 fn status_says_whether_the_agent_answers() {
     let mut fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
     let conf = fx.node.netconf("1.1.0", "contrail-k8s-cni");
-    fx.node.call("STATUS", "", "", "", "", &conf).assert_ok();
+    fx.node.cni("STATUS").run(&conf).assert_ok();
     fx.stop_agent();
-    let out = fx.node.call("STATUS", "", "", "", "", &conf);
+    let out = fx.node.cni("STATUS").run(&conf);
     assert_eq!(out.code(), 50);
     assert!(out.msg().contains("unreachable"), "{}", out.msg());
 }
@@ -376,7 +374,12 @@ fn hostile_environment_and_stdin() {
     ] {
         let out = fx
             .node
-            .call("ADD", cid, &netns, "eth0", &args, &fx.conf(""));
+            .cni("ADD")
+            .container(cid)
+            .netns(&netns)
+            .ifname("eth0")
+            .args(&args)
+            .run(&fx.conf(""));
         assert_eq!(out.code(), 4, "{args} {netns}: {}", out.stdout);
     }
     assert_eq!(ns.ifnames(), ["lo"]);

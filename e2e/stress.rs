@@ -138,7 +138,7 @@ fn run(node: &Node, pods: &[Pod], op: &Op) {
     let (ifname, network) = ATTACHMENTS[op.attachment];
     let args = pod.spec.multus_args(&pod.cid);
     let netns = pod.ns.path();
-    let (command, conf, env_cid, env_netns, env_ifname, env_args) = match op.command {
+    let (mut call, conf) = match op.command {
         Command::Gc => {
             let valid: Vec<Value> = pods
                 .iter()
@@ -150,7 +150,7 @@ fn run(node: &Node, pods: &[Pod], op: &Op) {
                 .collect();
             let mut conf = node.netconf("1.1.0", "contrail-k8s-cni");
             conf["cni.dev/valid-attachments"] = json!(valid);
-            ("GC", conf, "", "", "", "")
+            (node.cni("GC"), conf)
         }
         c => {
             let name = match c {
@@ -158,18 +158,15 @@ fn run(node: &Node, pods: &[Pod], op: &Op) {
                 Command::Del => "DEL",
                 _ => "CHECK",
             };
-            let conf = node.netconf("1.0.0", network);
-            (
-                name,
-                conf,
-                pod.cid.as_str(),
-                netns.as_str(),
-                ifname,
-                args.as_str(),
-            )
+            let call = node
+                .cni(name)
+                .container(&pod.cid)
+                .netns(&netns)
+                .ifname(ifname)
+                .args(&args);
+            (call, node.netconf("1.0.0", network))
         }
     };
-    let mut env = node.env(command, env_cid, env_netns, env_ifname, env_args);
     let (wrapper, killable) = match &op.kill {
         Kill::None => (Vec::new(), false),
         Kill::After(ms) => {
@@ -181,11 +178,16 @@ fn run(node: &Node, pods: &[Pod], op: &Op) {
             )
         }
         Kill::At(step) => {
-            env.push(("CONTRAIL_CNI_CRASH_AT", step));
+            call = call.env("CONTRAIL_CNI_CRASH_AT", step);
             (Vec::new(), true)
         }
     };
-    let out = run_wrapped(&wrapper, &plugin_bin(), &env, conf.to_string().as_bytes());
+    let out = run_wrapped(
+        &wrapper,
+        &plugin_bin(),
+        &call.environment(),
+        conf.to_string().as_bytes(),
+    );
     assert!(!out.stderr.contains("panicked"), "{op:?} panicked: {out:?}");
     // A killed call may have printed its result already: the runtime still sees a failure.
     let killed = !out.ok && killable;
@@ -245,7 +247,12 @@ fn run_case(seed: u64) {
         for (ifname, network) in ATTACHMENTS {
             let conf = node.netconf("1.0.0", network);
             let args = pod.spec.multus_args(&pod.cid);
-            node.call("DEL", &pod.cid, &pod.ns.path(), ifname, &args, &conf)
+            node.cni("DEL")
+                .container(&pod.cid)
+                .netns(&pod.ns.path())
+                .ifname(ifname)
+                .args(&args)
+                .run(&conf)
                 .assert_ok();
         }
     }

@@ -90,14 +90,14 @@ impl Case {
     fn b_call(&self, command: &str) -> Output {
         let conf = self.fx.node.netconf("1.0.0", "default");
         let args = self.b.multus_args(&self.b_cid);
-        self.fx.node.call(
-            command,
-            &self.b_cid,
-            &self.b_ns.path(),
-            "eth0",
-            &args,
-            &conf,
-        )
+        self.fx
+            .node
+            .cni(command)
+            .container(&self.b_cid)
+            .netns(&self.b_ns.path())
+            .ifname("eth0")
+            .args(&args)
+            .run(&conf)
     }
 
     fn ip(&self, args: &[&str]) {

@@ -23,17 +23,16 @@ fn thick_conf(node: &Node) -> Value {
 /// One call in the pod's sandbox, with the pod's identity as a runtime passes it.
 fn call(fx: &Fixture, cmd: &str) -> Output {
     let pod = &fx.pod;
-    fx.node.call(
-        cmd,
-        &fx.cid,
-        &fx.ns.path(),
-        "eth0",
-        &format!(
+    fx.node
+        .cni(cmd)
+        .container(&fx.cid)
+        .netns(&fx.ns.path())
+        .ifname("eth0")
+        .args(&format!(
             "K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
             pod.namespace, pod.name
-        ),
-        &thick_conf(&fx.node),
-    )
+        ))
+        .run(&thick_conf(&fx.node))
 }
 
 /// `n` VMIs: index 0 on the cluster network, the rest on net-a.
@@ -162,7 +161,11 @@ fn del_after_the_netns_is_gone() {
     // Without CNI_ARGS either: found by container id.
     let conf = thick_conf(&fx.node);
     fx.node
-        .call("DEL", &fx.cid, &fx.ns.path(), "eth0", "", &conf)
+        .cni("DEL")
+        .container(&fx.cid)
+        .netns(&fx.ns.path())
+        .ifname("eth0")
+        .run(&conf)
         .assert_ok();
     assert!(!host_link_exists(&host));
     assert!(!fx.node.pod_dir_exists(&fx.pod));

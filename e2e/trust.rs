@@ -96,21 +96,25 @@ impl Node2 {
     fn call_b(&self, command: &str) -> Output {
         let args = self.b.multus_args(&self.b_cid);
         let conf = self.node.netconf("1.0.0", "contrail-k8s-cni");
-        self.node.call(
-            command,
-            &self.b_cid,
-            &self.b_ns.path(),
-            "eth0",
-            &args,
-            &conf,
-        )
+        self.node
+            .cni(command)
+            .container(&self.b_cid)
+            .netns(&self.b_ns.path())
+            .ifname("eth0")
+            .args(&args)
+            .run(&conf)
     }
 
     /// The tenant's call on net1 with `conf`.
     fn call_a(&self, command: &str, conf: &Value) -> Output {
         let args = self.a.multus_args(&self.a_cid);
         self.node
-            .call(command, &self.a_cid, &self.a_ns.path(), "net1", &args, conf)
+            .cni(command)
+            .container(&self.a_cid)
+            .netns(&self.a_ns.path())
+            .ifname("net1")
+            .args(&args)
+            .run(conf)
     }
 
     /// The tenant's NAD config for net-a, with `contrail` on top.
@@ -304,7 +308,12 @@ fn an_answer_with_another_pods_vmi_reaches_nothing_of_that_pod() {
         let args = n.a.multus_args(&n.a_cid);
         let out = n
             .node
-            .call("ADD", &n.a_cid, &n.a_ns.path(), "eth0", &args, &conf);
+            .cni("ADD")
+            .container(&n.a_cid)
+            .netns(&n.a_ns.path())
+            .ifname("eth0")
+            .args(&args)
+            .run(&conf);
         assert_eq!(out.code(), code, "{}", out.stdout);
         assert!(out.msg().contains(&words), "{}", out.msg());
         let after = n.picture();
@@ -377,7 +386,12 @@ fn a_tenant_can_neither_forge_nor_hide_log_lines() {
     conf["runtimeConfig"] = json!({"ips": [format!("10.0.0.9\n{forged}")]});
     let args = format!("{};IP=10.0.0.8\n{forged}", fx.args());
     fx.node
-        .call("ADD", &fx.cid, &fx.ns.path(), "eth0", &args, &conf)
+        .cni("ADD")
+        .container(&fx.cid)
+        .netns(&fx.ns.path())
+        .ifname("eth0")
+        .args(&args)
+        .run(&conf)
         .assert_ok();
     let log = fx.node.log();
     assert!(!log.contains('\u{1b}'), "a raw escape sequence in the log");
@@ -537,14 +551,12 @@ fn gc_never_waits_for_a_busy_pod() {
     let (a_ns, b_ns) = (Netns::new(), Netns::new());
     let (a_cid, b_cid) = (uuid(), uuid());
     let call = |pod: &PodSpec, cid: &str, ns: &Netns, cmd: &str, ifname: &str, network: &str| {
-        node.call(
-            cmd,
-            cid,
-            &ns.path(),
-            ifname,
-            &pod.multus_args(cid),
-            &node.netconf("1.0.0", network),
-        )
+        node.cni(cmd)
+            .container(cid)
+            .netns(&ns.path())
+            .ifname(ifname)
+            .args(&pod.multus_args(cid))
+            .run(&node.netconf("1.0.0", network))
     };
     call(&a, &a_cid, &a_ns, "ADD", "eth0", "default").assert_ok();
     call(&a, &a_cid, &a_ns, "ADD", "net1", "net-a").assert_ok();

@@ -386,7 +386,12 @@ fn another_pods_uid_reaches_none_of_its_attachments() {
     let conf = d.conf("dpdk-net");
     let b_call = |command| {
         d.fx.node
-            .call(command, &cid, &ns.path(), "net1", &args, &conf)
+            .cni(command)
+            .container(&cid)
+            .netns(&ns.path())
+            .ifname("net1")
+            .args(&args)
+            .run(&conf)
     };
     let mut prev = None;
     for a_attached in [false, true] {
@@ -432,7 +437,12 @@ fn a_record_made_with_another_pods_uid_is_released_without_touching_that_pods_di
     let args = b.multus_args(&cid);
     let conf = d.conf("dpdk-net");
     d.fx.node
-        .call("ADD", &cid, &ns.path(), "net2", &args, &conf)
+        .cni("ADD")
+        .container(&cid)
+        .netns(&ns.path())
+        .ifname("net2")
+        .args(&args)
+        .run(&conf)
         .assert_ok();
     // As if B had been attached with A's UID: its record names it, its files are in A's
     // directory.

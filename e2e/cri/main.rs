@@ -721,15 +721,13 @@ fn an_invalid_traceparent_is_shown_escaped_and_cut_short() {
         let conf = fx.conf("contrail-k8s-cni");
         for command in ["ADD", "DEL"] {
             fx.node
-                .call_with(
-                    &[("TRACEPARENT", traceparent)],
-                    command,
-                    &fx.cid,
-                    &fx.ns.path(),
-                    IFNAME,
-                    &fx.args(),
-                    &conf,
-                )
+                .cni(command)
+                .container(&fx.cid)
+                .netns(&fx.ns.path())
+                .ifname(IFNAME)
+                .args(&fx.args())
+                .env("TRACEPARENT", traceparent)
+                .run(&conf)
                 .assert_ok();
             let log = fx.node.log();
             let line = log

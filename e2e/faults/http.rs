@@ -33,7 +33,7 @@ fn an_answer_that_cannot_have_a_body_is_taken_at_once() {
     // one that waited for a body would time out, and STATUS would fail.
     c.fx.set("poll-timeout", json!(2));
     let conf = c.fx.node.netconf("1.1.0", "contrail-k8s-cni");
-    c.fx.node.call("STATUS", "", "", "", "", &conf).assert_ok();
+    c.fx.node.cni("STATUS").run(&conf).assert_ok();
     // ADD: a 204 is not the contract's 200 for /vm-cfg, so it is polled again like a 500
     // until the deadline; each poll is answered at once, none is waited out. Over 20 polls'
     // worth of deadline, polls answered at once come every 21 ms (some 190 of them, or a few
@@ -204,7 +204,14 @@ fn a_state_file_cannot_put_a_header_into_a_request() {
     // A's DEL, as its runtime sends it; then GC, which keeps B's sandbox.
     let conf = fx.conf("default");
     let args = forger.multus_args(&cid);
-    let (out, took) = timed(|| fx.node.call("DEL", &cid, "", "eth0", &args, &conf));
+    let (out, took) = timed(|| {
+        fx.node
+            .cni("DEL")
+            .container(&cid)
+            .ifname("eth0")
+            .args(&args)
+            .run(&conf)
+    });
     out.assert_ok();
     // Refused as unreadable: nothing to ask the agent, nothing to wait for.
     assert!(took < SLACK, "DEL took {took:?}");

@@ -241,7 +241,10 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result_nor_args() {
     // Empty CNI_NETNS and no CNI_ARGS at all (no pod name): found by container id and ifname.
     let conf = fx.node.netconf("0.4.0", "net-b");
     fx.node
-        .call("DEL", &fx.cid, "", "net2", "", &conf)
+        .cni("DEL")
+        .container(&fx.cid)
+        .ifname("net2")
+        .run(&conf)
         .assert_ok();
     assert!(!host_link_exists(&host_name(&net2)));
     assert_eq!(fx.ns.ifnames(), ["eth0", "lo"]);
@@ -256,14 +259,12 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result_nor_args() {
 
     // DEL for a pod and container never seen.
     fx.node
-        .call(
-            "DEL",
-            "never-added",
-            "/run/netns/none",
-            "eth0",
-            &PodSpec::new(vec![]).multus_args("never-added"),
-            &fx.conf("default"),
-        )
+        .cni("DEL")
+        .container("never-added")
+        .netns("/run/netns/none")
+        .ifname("eth0")
+        .args(&PodSpec::new(vec![]).multus_args("never-added"))
+        .run(&fx.conf("default"))
         .assert_ok();
 }
 

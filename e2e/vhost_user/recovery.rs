@@ -64,15 +64,15 @@ fn a_del_while_the_application_listens_removes_its_socket_and_directory() {
 fn killed_at_every_step_then_del_or_a_retry_finishes_the_job() {
     let killed = |d: &Dpdk, command: &str, step: &str| {
         let fx = &d.fx;
-        let out = fx.node.call_with(
-            &[("CONTRAIL_CNI_CRASH_AT", step)],
-            command,
-            &fx.cid,
-            &fx.ns.path(),
-            "net1",
-            &fx.args(),
-            &d.conf("dpdk-net"),
-        );
+        let out = fx
+            .node
+            .cni(command)
+            .container(&fx.cid)
+            .netns(&fx.ns.path())
+            .ifname("net1")
+            .args(&fx.args())
+            .env("CONTRAIL_CNI_CRASH_AT", step)
+            .run(&d.conf("dpdk-net"));
         assert!(
             !out.ok && out.stdout.is_empty(),
             "{command} {step}: not killed: {out:?}"

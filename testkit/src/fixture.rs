@@ -93,7 +93,13 @@ impl Fixture {
         conf: &Value,
     ) -> Output {
         let args = self.pod.multus_args(cid);
-        self.node.call(command, cid, netns, ifname, &args, conf)
+        self.node
+            .cni(command)
+            .container(cid)
+            .netns(netns)
+            .ifname(ifname)
+            .args(&args)
+            .run(conf)
     }
 
     /// Multus, calling delegates in the pod's sandbox with its CNI_ARGS.

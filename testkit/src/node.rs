@@ -115,65 +115,24 @@ impl Node {
         json!({"cniVersion": version, "name": network, "type": "contrail-k8s-cni"})
     }
 
-    pub fn call(
-        &self,
-        command: &str,
-        container_id: &str,
-        netns: &str,
-        ifname: &str,
-        args: &str,
-        conf: &Value,
-    ) -> Output {
-        self.call_with(&[], command, container_id, netns, ifname, args, conf)
-    }
-
-    /// [`Node::call`] with extra environment variables.
-    #[allow(clippy::too_many_arguments)]
-    pub fn call_with(
-        &self,
-        extra: &[(&str, &str)],
-        command: &str,
-        container_id: &str,
-        netns: &str,
-        ifname: &str,
-        args: &str,
-        conf: &Value,
-    ) -> Output {
-        let mut env = self.env(command, container_id, netns, ifname, args);
-        env.extend_from_slice(extra);
-        run_wrapped(
-            &self.wrapper,
-            &plugin_bin(),
-            &env,
-            conf.to_string().as_bytes(),
-        )
-    }
-
-    /// The environment a runtime gives the plugin on this node.
-    pub fn env<'a>(
-        &'a self,
-        command: &'a str,
-        container_id: &'a str,
-        netns: &'a str,
-        ifname: &'a str,
-        args: &'a str,
-    ) -> Vec<(&'a str, &'a str)> {
-        vec![
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", container_id),
-            ("CNI_NETNS", netns),
-            ("CNI_IFNAME", ifname),
-            ("CNI_ARGS", args),
-            ("CNI_PATH", "/opt/cni/bin"),
-            ("CONTRAIL_CNI_CONF_DIR", self.conf_dir.0.to_str().unwrap()),
-        ]
+    /// A `command` call to the plugin on this node, as a runtime makes it: see [`Call`].
+    pub fn cni<'a>(&'a self, command: &'a str) -> Call<'a> {
+        Call {
+            node: self,
+            command,
+            container: "",
+            netns: "",
+            ifname: "",
+            args: "",
+            extra: Vec::new(),
+        }
     }
 
     /// GC (cniVersion 1.1.0) with `valid` as the valid attachments.
     pub fn gc(&self, valid: Value) -> Output {
         let mut conf = self.netconf("1.1.0", "contrail-k8s-cni");
         conf["cni.dev/valid-attachments"] = valid;
-        self.call("GC", "", "", "", "", &conf)
+        self.cni("GC").run(&conf)
     }
 
     /// Everything in the config dir besides the log file, the state root, its locks' directory
@@ -258,5 +217,78 @@ impl Node {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// A CNI call as a runtime makes it on a node: the command, the sandbox's container id and
+/// netns, the interface, CNI_ARGS, and any extra environment (crash points, trace context). What
+/// is not set goes to the plugin empty, as a runtime sends GC and STATUS.
+pub struct Call<'a> {
+    node: &'a Node,
+    command: &'a str,
+    container: &'a str,
+    netns: &'a str,
+    ifname: &'a str,
+    args: &'a str,
+    extra: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Call<'a> {
+    /// CNI_CONTAINERID.
+    pub fn container(mut self, id: &'a str) -> Call<'a> {
+        self.container = id;
+        self
+    }
+
+    /// CNI_NETNS: the path of the sandbox's network namespace.
+    pub fn netns(mut self, path: &'a str) -> Call<'a> {
+        self.netns = path;
+        self
+    }
+
+    /// CNI_IFNAME.
+    pub fn ifname(mut self, ifname: &'a str) -> Call<'a> {
+        self.ifname = ifname;
+        self
+    }
+
+    /// CNI_ARGS.
+    pub fn args(mut self, args: &'a str) -> Call<'a> {
+        self.args = args;
+        self
+    }
+
+    /// One more environment variable, after the runtime's.
+    pub fn env(mut self, key: &'a str, value: &'a str) -> Call<'a> {
+        self.extra.push((key, value));
+        self
+    }
+
+    /// The environment the plugin gets: for a test that starts the plugin itself.
+    pub fn environment(&self) -> Vec<(&'a str, &'a str)> {
+        let mut env = vec![
+            ("CNI_COMMAND", self.command),
+            ("CNI_CONTAINERID", self.container),
+            ("CNI_NETNS", self.netns),
+            ("CNI_IFNAME", self.ifname),
+            ("CNI_ARGS", self.args),
+            ("CNI_PATH", "/opt/cni/bin"),
+            (
+                "CONTRAIL_CNI_CONF_DIR",
+                self.node.conf_dir.0.to_str().unwrap(),
+            ),
+        ];
+        env.extend_from_slice(&self.extra);
+        env
+    }
+
+    /// Runs the plugin, under the node's wrapper, with `conf` on stdin.
+    pub fn run(&self, conf: &Value) -> Output {
+        run_wrapped(
+            &self.node.wrapper,
+            &plugin_bin(),
+            &self.environment(),
+            conf.to_string().as_bytes(),
+        )
     }
 }
