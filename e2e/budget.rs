@@ -457,11 +457,21 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     assert!(queue >= Duration::from_secs(3), "{queue:?}");
     // The late ADD's look at its pod and its registration start its wait for the IP
     // configuration: they go before the queue, so the agent gets them with a few of the
-    // crowd's polls between, not a round of them (n).
-    let before = received(&sim).len();
+    // crowd's polls between, not a round of them (n). Counted from when the late ADD holds its
+    // attachment's lock (its first step, before any request), not from its spawn: a busy
+    // machine may take a second to start a process, and the crowd polls meanwhile.
     let late_ns = Netns::new();
     let late_cid = uuid();
     let late_add = Add::start(&node, &late, &late_cid, &late_ns);
+    let locks = node.ports_dir().join(".locks");
+    let held = format!("{}@", late.vm_name());
+    wait_for("the late ADD's lock", Duration::from_secs(30), || {
+        std::fs::read_dir(&locks).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&held))
+        })
+    });
+    let before = received(&sim).len();
     let vmi = &late.vmis[0].uuid;
     let registered = format!("POST /vm {vmi}");
     wait_for(
@@ -471,14 +481,16 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     );
     let log = received(&sim);
     let at = log.iter().position(|(_, r)| *r == registered).unwrap();
-    let others = log[before..at]
+    let others = log[before.min(at)..at]
         .iter()
         .filter(|(_, r)| !r.contains(&late.vm_name()))
         .count();
+    // Behind the queue, a round of polls (n) would go first; before it, the polls that the
+    // budget sends while the late ADD does its own steps (a second or two of them, at `rate`, on
+    // a machine whose every core is busy).
     assert!(
-        others <= 2 * BURST,
-        "{others} of the crowd's requests went between the late ADD's start and its \
-         registration"
+        others < n / 2,
+        "{others} of the crowd's requests went between the late ADD's lock and its registration"
     );
     // The DEL's own wait for its turns, as it measured it (its metrics; the crowd's calls
     // started without a metrics file): not its wall time, which a busy machine stretches.
