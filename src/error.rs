@@ -21,7 +21,7 @@ use crate::agent::http::{Failure, HttpViolation, Request, TransportError};
 use crate::agent::wait::{Awaited, Pending};
 use crate::cni::SUPPORTED_VERSIONS;
 pub use crate::cni::{BadEnv, EnvProblem};
-use crate::ids::VmName;
+use crate::ids::{IfName, VmName};
 pub use crate::kernel::conflict::Conflict;
 pub use crate::kernel::interface::Mismatch;
 use crate::kernel::netlink;
@@ -170,7 +170,7 @@ pub enum Error {
     NoVmi {
         vm_name: VmName,
         network: String,
-        ifname: String,
+        ifname: IfName,
         why: Unresolved,
     },
     #[error(transparent)]
@@ -239,12 +239,12 @@ pub(crate) const NO_VMI_DOCS: &str =
 /// skipped (an entry with a space or `@`, a conflist NAD) or added after the pod started
 /// (Multus dynamic networks); a network attached more often than it has VMIs lost entries the
 /// same way (`net-a, net-a`: the second is " net-a").
-fn no_vmi_message(vm_name: &VmName, network: &str, ifname: &str, why: &Unresolved) -> String {
+fn no_vmi_message(vm_name: &VmName, network: &str, ifname: &IfName, why: &Unresolved) -> String {
     match why {
         Unresolved::NoSuchNetwork { known } => {
             // Multus names a delegate net<k>, or as the annotation asked: in the string form,
             // `net@ifname`, which kube-manager does not read.
-            let asked = !(ifname.strip_prefix("net"))
+            let asked = !(ifname.as_str().strip_prefix("net"))
                 .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
             let others = "an entry of the string form with a space (write `net-a,net-b`, not \
                           `net-a, net-b`), a NetworkAttachmentDefinition whose config has no \

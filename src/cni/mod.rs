@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value, json};
 
-use crate::ids::{ContainerId, IfName};
+use crate::ids::{ContainerId, IfName, PodUid, VmUuid};
 
 /// A CNI_* variable (or a value in CNI_ARGS) the plugin cannot work with: the variable, and
 /// what is wrong with its value. The error module turns it into the CNI error (code 4).
@@ -48,7 +48,7 @@ pub enum EnvProblem {
     NoPodUid,
     /// ADD of a vhost-user attachment whose `K8S_POD_UID` is not the uuid of the pod's VM
     /// (kube-manager makes it the pod's UID).
-    UidNotThePods { uid: String, vm_uuid: String },
+    UidNotThePods { uid: PodUid, vm_uuid: VmUuid },
 }
 
 impl BadEnv {

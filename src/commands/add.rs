@@ -235,7 +235,7 @@ impl Add<'_> {
                 let unresolved = |why| Error::NoVmi {
                     vm_name: self.vm_name.clone(),
                     network: network.clone(),
-                    ifname: self.interface.to_string(),
+                    ifname: self.interface.clone(),
                     why,
                 };
                 // Only a network attached more than once needs the agent's view to tell VMIs
@@ -300,7 +300,7 @@ impl Add<'_> {
         outcomes.into_iter().next().ok_or_else(|| Error::NoVmi {
             vm_name: self.vm_name.clone(),
             network: self.conf.network.clone(),
-            ifname: self.interface.to_string(),
+            ifname: self.interface.clone(),
             why: Unresolved::NoVmis,
         })
     }
@@ -312,7 +312,7 @@ impl Add<'_> {
         ledger::close(pod)?;
         match records.iter().find(|r| !files.records.contains(r)) {
             Some(gone) => Err(Error::Interface(Conflict::TakenOver {
-                ifname: gone.ifname.to_string(),
+                ifname: gone.ifname.clone(),
             })),
             None => Ok(()),
         }

@@ -5,7 +5,6 @@
 use crate::agent::{Agent, Awaited, Class, Poll};
 use crate::commands::call::{Call, open_netns};
 use crate::error::{Error, Result};
-use crate::ids::IfName;
 use crate::kernel::interface::{self, Mismatch};
 use crate::kernel::links::Links;
 use crate::kernel::netlink::Socket;
@@ -15,8 +14,8 @@ use crate::vmi::IpConfig;
 
 pub fn check(call: &mut Call) -> Result<()> {
     let not_recorded = |call: &Call| Mismatch::NotRecorded {
-        container_id: call.container_id.to_string(),
-        ifname: call.ifname().map(IfName::to_string),
+        container_id: call.container_id.clone(),
+        ifname: call.ifname().cloned(),
     };
     let Some((state, vm_name)) = call.locate()? else {
         return Err(not_recorded(call).into());
@@ -34,8 +33,8 @@ pub fn check(call: &mut Call) -> Result<()> {
     ledger::close(pod)?;
     if let Some(r) = ours.reserved.first() {
         return Err(Mismatch::Failed {
-            ifname: r.ifname.to_string(),
-            vmi: r.vmi_uuid.to_string(),
+            ifname: r.ifname.clone(),
+            vmi: r.vmi_uuid.clone(),
         }
         .into());
     }
@@ -68,16 +67,16 @@ fn registered(agent: &Agent, r: &Record) -> Result<IpConfig> {
             },
         )?
         .ok_or_else(|| Mismatch::NotRegistered {
-            vmi: r.vmi_uuid.to_string(),
-            vm_name: r.vm_name.to_string(),
-            host_ifname: r.host_ifname.to_string(),
+            vmi: r.vmi_uuid.clone(),
+            vm_name: r.vm_name.clone(),
+            host_ifname: r.host_ifname.clone(),
         })?;
     // A nested node registers nothing: the agent names the port after the VMI itself.
     if agent.registers() && ip.registered_as.as_deref() != Some(r.host_ifname.as_str()) {
         return Err(Mismatch::RegisteredAs {
-            vmi: r.vmi_uuid.to_string(),
+            vmi: r.vmi_uuid.clone(),
             has: ip.registered_as,
-            host_ifname: r.host_ifname.to_string(),
+            host_ifname: r.host_ifname.clone(),
         }
         .into());
     }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ids::VmName;
+use crate::ids::{IfName, VmName, VmiUuid};
 
 /// Why an interface cannot be made as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,11 +26,11 @@ pub enum Conflict {
     /// Thick mode: an `interface` annotation names an interface Linux refuses.
     BadName { name: String, why: &'static str },
     /// A newer sandbox of the pod took the VMI over while this ADD ran.
-    TakenOver { ifname: String },
+    TakenOver { ifname: IfName },
     /// A state record without the MAC this plugin writes into every one.
-    NoMac { vmi: String },
+    NoMac { vmi: VmiUuid },
     /// Nested mode: a state record without the VMI's VLAN tag.
-    NoTag { vmi: String },
+    NoTag { vmi: VmiUuid },
     /// Nested mode: the parent interface is not on the node.
     ParentMissing { name: String },
     /// Nested mode: the parent interface is down.

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::cni::{self, Interface, Outcome};
 use crate::error::{Error, Result};
+use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::netlink::Route;
 use crate::state::Record;
 use crate::vmi::{IpConfig, Mac};
@@ -141,26 +142,26 @@ pub struct Seen {
 pub enum Mismatch {
     /// No attachment of this container (on this interface) is recorded.
     NotRecorded {
-        container_id: String,
-        ifname: Option<String>,
+        container_id: ContainerId,
+        ifname: Option<IfName>,
     },
     /// The attachment's ADD failed: it holds its VMI but has no interface.
     Failed {
-        ifname: String,
-        vmi: String,
+        ifname: IfName,
+        vmi: VmiUuid,
     },
     /// The agent has no IP configuration for the VMI (it lost the port, or the network has no
     /// IPAM).
     NotRegistered {
-        vmi: String,
-        vm_name: String,
-        host_ifname: String,
+        vmi: VmiUuid,
+        vm_name: VmName,
+        host_ifname: IfName,
     },
-    /// The agent has the VMI under another host interface.
+    /// The agent has the VMI under another host interface (`has`: the agent's words).
     RegisteredAs {
-        vmi: String,
+        vmi: VmiUuid,
         has: Option<String>,
-        host_ifname: String,
+        host_ifname: IfName,
     },
     /// The interface in the pod is not the one attached to the host side (a look-alike, or the
     /// attachment's interface renamed away and another given its name).

@@ -403,7 +403,7 @@ impl Links {
 fn pod_end(record: &Record, mtu: u32) -> Result<VethEnd<'_>> {
     let mac = record.mac.ok_or_else(|| {
         Error::Interface(Conflict::NoMac {
-            vmi: record.vmi_uuid.to_string(),
+            vmi: record.vmi_uuid.clone(),
         })
     })?;
     Ok(VethEnd {

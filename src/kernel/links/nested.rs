@@ -112,7 +112,7 @@ impl Kind for Nested {
         let end = &pod_end(record, site.mtu)?;
         let tag = record.vlan.ok_or_else(|| {
             Error::Interface(Conflict::NoTag {
-                vmi: record.vmi_uuid.to_string(),
+                vmi: record.vmi_uuid.clone(),
             })
         })?;
         let parent = self.parent(site.host, site.mtu)?;

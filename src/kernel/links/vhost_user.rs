@@ -140,8 +140,8 @@ impl Kind for VhostUser {
             return Err(BadEnv::new(
                 "CNI_ARGS",
                 EnvProblem::UidNotThePods {
-                    uid: uid.to_string(),
-                    vm_uuid: vmi.vm_uuid.to_string(),
+                    uid: uid.clone(),
+                    vm_uuid: vmi.vm_uuid.clone(),
                 },
             )
             .into());
