@@ -9,8 +9,9 @@
 //!
 //! [`Links`] holds the node's kinds and picks one per record (the node's `vif-type`, unless the
 //! record's `port-route` is `port`) or per network (`interface-type`), in `Which` alone: the
-//! commands, the ledger and `inspect` never ask which kind an attachment is. What happens inside the pod (addresses, routes: [`configure`]) is the same
-//! for every kind that has an end there.
+//! commands, the ledger and `inspect` never ask which kind an attachment is. What happens
+//! inside the pod (addresses, routes: [`configure`]) is the same for every kind that has an end
+//! there.
 
 mod nested;
 mod veth;
@@ -468,7 +469,8 @@ fn remove_host_links<K: Kind + ?Sized>(
     for &r in records {
         let Some(link) = kind.host_link(r) else {
             log::warn!(
-                "{} of sandbox {}: its file names host interface {}, not the one the OpenSDN Go                  plugin makes for it: no host link removed",
+                "{} of sandbox {}: its file names host interface {}, not the one the OpenSDN Go \
+                 plugin makes for it: no host link removed",
                 r.ifname,
                 r.container_id,
                 r.host_ifname
