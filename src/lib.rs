@@ -30,7 +30,7 @@ use serde_json::Value;
 /// from it).
 pub use crate::agent::POLL_PERIOD;
 use crate::cni::{Command, Env, pod};
-use crate::commands::call::Call;
+use crate::commands::call::{Acted, Call};
 use crate::commands::{add, check, del, node};
 pub use crate::error::{Error, Result};
 use crate::ids::VmiUuid;
@@ -258,25 +258,24 @@ fn call(
         Op::Attachment(on) => on,
     };
     let (container_id, interface) = (env.container_id()?, env.ifname()?);
-    let mut call = Call {
+    let call = Call {
         env,
         container_id,
         interface,
         conf: &conf,
         pod: pod.as_ref(),
-        vmis: Vec::new(),
         started,
     };
-    let result = dispatch(&mut call, on);
-    if !call.vmis.is_empty() {
-        line.vmis = call
+    let acted = dispatch(&call, on);
+    if !acted.vmis.is_empty() {
+        line.vmis = acted
             .vmis
             .iter()
             .map(VmiUuid::as_str)
             .collect::<Vec<_>>()
             .join(",");
     }
-    result
+    acted.result
 }
 
 /// The call's one line in the node's log, and its metrics when the node keeps them.
@@ -309,16 +308,16 @@ fn record(
 }
 
 /// Runs a command on the call's attachments.
-fn dispatch(call: &mut Call, on: OnAttachment) -> Result<Option<Value>> {
+fn dispatch(call: &Call, on: OnAttachment) -> Acted<Option<Value>> {
     let conf = call.conf;
     match on {
-        OnAttachment::Add => {
-            let result = add::add(call)?.to_json(conf.cni_version);
-            Ok(Some(match &conf.prev_result {
+        OnAttachment::Add => add::add(call).map(|outcome| {
+            let result = outcome.to_json(conf.cni_version);
+            Some(match &conf.prev_result {
                 Some(prev) => cni::chain(prev, result, conf.cni_version),
                 None => result,
-            }))
-        }
+            })
+        }),
         OnAttachment::Del => del::del(call).map(|()| None),
         OnAttachment::Check => check::check(call).map(|()| None),
     }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::agent::Agent;
 use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem, Outcome};
-use crate::commands::call::{Call, open_netns};
+use crate::commands::call::{Acted, Call, open_netns};
 use crate::config::{Mode, NetConf};
 use crate::crash::{self, Step};
 use crate::error::{Conflict, During, Error, Result};
@@ -21,13 +21,22 @@ use crate::kernel::interface::{self, Spec};
 use crate::kernel::links::{self, Intent, Links};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::ledger::{self, Linked, Recorded, Registered};
-use crate::state::{PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
+use crate::state::{Lock, PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
 use crate::text::Shown;
 use crate::vmi::{self, Attachment, Unresolved, Vmi, Wanted};
 
 /// ADD: sets up the call's attachments and returns the result of the first (thick mode's
 /// runtime knows no other).
-pub fn add(call: &mut Call) -> Result<Outcome> {
+pub fn add(call: &Call) -> Acted<Outcome> {
+    match start(call) {
+        Ok((mut add, pod)) => add.run(pod),
+        Err(e) => Err(e).into(),
+    }
+}
+
+/// What the ADD needs before it asks the agent anything: the pod, the node ready for the
+/// attachment's kind, the netns, the state directory, the attachment's lock.
+fn start<'a>(call: &Call<'a>) -> Result<(Add<'a>, &'a Pod)> {
     let pod = call
         .pod
         .ok_or_else(|| BadEnv::new("CNI_ARGS", EnvProblem::NoPodName))?;
@@ -55,7 +64,7 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
     let stop = lock
         .stop_probe()
         .map_err(Error::io("locking the attachment in", state.path()))?;
-    let mut add = Add {
+    let add = Add {
         env: call.env,
         container_id: call.container_id,
         interface: call.interface,
@@ -66,8 +75,9 @@ pub fn add(call: &mut Call) -> Result<Outcome> {
         netns,
         state,
         vm_name,
+        _lock: lock,
     };
-    add.run(pod, &mut call.vmis)
+    Ok((add, pod))
 }
 
 /// What every step of one ADD works with.
@@ -82,6 +92,9 @@ struct Add<'a> {
     netns: Netns,
     state: StateDir,
     vm_name: VmName,
+    /// The attachment's lock, held for the whole call (dropped last: the fields drop in this
+    /// order): a duplicate ADD waits for this one, a DEL asks it to stop.
+    _lock: Lock,
 }
 
 /// The claims an ADD recorded.
@@ -103,14 +116,19 @@ struct Made {
 }
 
 impl Add<'_> {
-    fn run(&mut self, pod: &Pod, noted: &mut Vec<VmiUuid>) -> Result<Outcome> {
-        let vmis = self.agent.wait_for_pod(pod, &self.vm_name)?;
-        let claimed = self.claim(&vmis)?;
-        noted.extend(claimed.records.iter().map(|r| r.vmi_uuid.clone()));
+    fn run(&mut self, pod: &Pod) -> Acted<Outcome> {
+        let claimed = self.agent.wait_for_pod(pod, &self.vm_name);
+        let claimed = match claimed.and_then(|vmis| self.claim(&vmis)) {
+            Ok(claimed) => claimed,
+            Err(e) => return Err(e).into(),
+        };
         crash::point(Step::Claimed);
+        let vmis = claimed.records.iter().map(|r| r.vmi_uuid.clone()).collect();
         let mut made = Made::default();
-        self.attach(&claimed.records, &mut made)
-            .map_err(|e| self.undo(&claimed, &made, e))
+        let result = self
+            .attach(&claimed.records, &mut made)
+            .map_err(|e| self.undo(&claimed, &made, e));
+        Acted::on(vmis, result)
     }
 
     /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod

@@ -12,7 +12,7 @@ use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::netlink::Netns;
 use crate::state::{Lock, PodFiles, Record, StateDir};
 
-/// One CNI call's inputs, and what it acted on.
+/// One CNI call's inputs.
 pub struct Call<'a> {
     pub env: &'a Env,
     /// CNI_CONTAINERID and CNI_IFNAME, which every ADD, DEL and CHECK has.
@@ -20,11 +20,34 @@ pub struct Call<'a> {
     pub interface: &'a IfName,
     pub conf: &'a NetConf,
     pub pod: Option<&'a Pod>,
-    /// The VMIs the call acted on, for its log line.
-    pub vmis: Vec<VmiUuid>,
     /// When the call started: its every wait (for the agent, for a lock) ends by then +
     /// poll-timeout x poll-retries.
     pub started: Instant,
+}
+
+/// What a command did: the VMIs it acted on, which the call's log line names whatever the
+/// outcome, and its result.
+pub struct Acted<T> {
+    pub vmis: Vec<VmiUuid>,
+    pub result: Result<T>,
+}
+
+impl<T> Acted<T> {
+    /// `result`, of acting on `vmis`.
+    pub(crate) fn on(vmis: Vec<VmiUuid>, result: Result<T>) -> Acted<T> {
+        Acted { vmis, result }
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Acted<U> {
+        Acted::on(self.vmis, self.result.map(f))
+    }
+}
+
+/// A result before the command knew of any VMI.
+impl<T> From<Result<T>> for Acted<T> {
+    fn from(result: Result<T>) -> Acted<T> {
+        Acted::on(Vec::new(), result)
+    }
 }
 
 /// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
@@ -40,6 +63,19 @@ pub(crate) fn scope(mode: Mode, ifname: &IfName) -> Option<&IfName> {
 pub(crate) struct Ours {
     pub records: Vec<Record>,
     pub reserved: Vec<Record>,
+}
+
+impl Ours {
+    /// Their VMIs, for the call's log line.
+    pub(crate) fn vmis(&self) -> Vec<VmiUuid> {
+        let mut vmis: Vec<VmiUuid> = Vec::new();
+        for r in self.records.iter().chain(&self.reserved) {
+            if !vmis.contains(&r.vmi_uuid) {
+                vmis.push(r.vmi_uuid.clone());
+            }
+        }
+        vmis
+    }
 }
 
 impl Call<'_> {
@@ -95,8 +131,8 @@ impl Call<'_> {
     }
 
     /// This call's attachments and reservations among a pod's files (older sandboxes' are left
-    /// alone), noted for the log line.
-    pub(crate) fn ours(&mut self, files: PodFiles) -> Ours {
+    /// alone).
+    pub(crate) fn ours(&self, files: PodFiles) -> Ours {
         let records: Vec<Record> = files
             .records
             .into_iter()
@@ -107,11 +143,6 @@ impl Call<'_> {
             .into_iter()
             .filter(|r| self.covers(r))
             .collect();
-        for r in records.iter().chain(&reserved) {
-            if !self.vmis.contains(&r.vmi_uuid) {
-                self.vmis.push(r.vmi_uuid.clone());
-            }
-        }
         Ours { records, reserved }
     }
 }

@@ -3,7 +3,7 @@
 //! its port under this node's host interface with an IP configuration.
 
 use crate::agent::{Agent, Awaited, Class, Poll};
-use crate::commands::call::{Call, open_netns};
+use crate::commands::call::{Acted, Call, Ours, open_netns};
 use crate::error::{Error, Result};
 use crate::kernel::interface::{self, Mismatch};
 use crate::kernel::links::Links;
@@ -12,25 +12,41 @@ use crate::state::Record;
 use crate::state::ledger;
 use crate::vmi::IpConfig;
 
-pub fn check(call: &mut Call) -> Result<()> {
-    let not_recorded = |call: &Call| Mismatch::NotRecorded {
+pub fn check(call: &Call) -> Acted<()> {
+    let (agent, ours) = match recorded(call) {
+        Ok(found) => found,
+        Err(e) => return Err(e).into(),
+    };
+    Acted::on(ours.vmis(), verify(call, &agent, &ours))
+}
+
+/// This call's attachments, from the pod's settled files; an error when none is recorded.
+fn recorded(call: &Call) -> Result<(Agent, Ours)> {
+    let not_recorded = || Mismatch::NotRecorded {
         container_id: call.container_id.clone(),
         ifname: call.ifname().cloned(),
     };
     let Some((state, vm_name)) = call.locate()? else {
-        return Err(not_recorded(call).into());
+        return Err(not_recorded().into());
     };
     if !state
         .has_pod(&vm_name)
         .map_err(Error::io("reading", state.path()))?
     {
-        return Err(not_recorded(call).into());
+        return Err(not_recorded().into());
     }
-    let contrail = &call.conf.contrail;
-    let agent = Agent::new(contrail, call.started);
+    let agent = Agent::new(&call.conf.contrail, call.started);
     let (pod, files) = ledger::open(&agent, &state, &vm_name)?;
     let ours = call.ours(files);
     ledger::close(pod)?;
+    if ours.records.is_empty() && ours.reserved.is_empty() {
+        return Err(not_recorded().into());
+    }
+    Ok((agent, ours))
+}
+
+/// Each attachment as ADD left it, and the agent's registration of it.
+fn verify(call: &Call, agent: &Agent, ours: &Ours) -> Result<()> {
     if let Some(r) = ours.reserved.first() {
         return Err(Mismatch::Failed {
             ifname: r.ifname.clone(),
@@ -38,13 +54,11 @@ pub fn check(call: &mut Call) -> Result<()> {
         }
         .into());
     }
-    if ours.records.is_empty() {
-        return Err(not_recorded(call).into());
-    }
+    let contrail = &call.conf.contrail;
     let netns = open_netns(&call.env.netns)?;
     let (mut links, mut ctr) = (Links::new(contrail)?, Socket::open(&netns)?);
     for r in &ours.records {
-        let ip = registered(&agent, r)?;
+        let ip = registered(agent, r)?;
         let spec = interface::describe(r, &ip, contrail.mtu)?;
         links.verify(&mut ctr, &spec, r, call.conf.prev_result.as_ref())?;
     }

@@ -3,27 +3,36 @@
 //! repeated DEL, an older sandbox's late DEL, a netns already gone) is success.
 
 use crate::agent::Agent;
-use crate::commands::call::Call;
+use crate::commands::call::{Acted, Call};
 use crate::error::{Error, Result};
 use crate::ids::{IfName, VmName};
 use crate::kernel::links::Links;
 use crate::state::ledger;
-use crate::state::{Lock, StateDir};
+use crate::state::{Lock, PodDir, PodFiles, StateDir};
 
 /// DEL. An ADD of the same attachment still running (its runtime gave up on it) is first asked
 /// to stop, then waited for: it may be killed before its rollback, and what it built is then
 /// this DEL's to remove.
-pub fn del(call: &mut Call) -> Result<()> {
-    let Some((state, vm_name)) = call.locate()? else {
-        return Ok(());
+pub fn del(call: &Call) -> Acted<()> {
+    let (state, vm_name, lock) = match locked(call) {
+        Ok(Some(found)) => found,
+        other => return other.map(drop).into(),
     };
-    let lock = lock_stopping_an_add(call, &state, &vm_name)?;
     let removed = remove(call, &state, &vm_name);
     // The request to stop is answered; the lock's file goes when `lock` is dropped.
     if let Err(e) = lock.clear_stop() {
         log::warn!("withdrawing the request to stop: {e}");
     }
     removed
+}
+
+/// The state directory, the pod and the attachment's lock; `None` when nothing is recorded.
+fn locked(call: &Call) -> Result<Option<(StateDir, VmName, Lock)>> {
+    let Some((state, vm_name)) = call.locate()? else {
+        return Ok(None);
+    };
+    let lock = lock_stopping_an_add(call, &state, &vm_name)?;
+    Ok(Some((state, vm_name, lock)))
 }
 
 /// The attachment's lock; when an ADD holds it, that ADD is asked to stop first.
@@ -46,19 +55,29 @@ fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &VmName) -> Resu
 }
 
 /// DEL under the attachment's lock.
-fn remove(call: &mut Call, state: &StateDir, vm_name: &VmName) -> Result<()> {
+fn remove(call: &Call, state: &StateDir, vm_name: &VmName) -> Acted<()> {
+    let contrail = &call.conf.contrail;
+    let agent = Agent::new(contrail, call.started);
+    let (mut pod, files) = match opened(&agent, state, vm_name) {
+        Ok(Some(opened)) => opened,
+        other => return other.map(drop).into(),
+    };
+    let ours = call.ours(files);
+    let result = Links::new(contrail).and_then(|mut links| {
+        let removed = ledger::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
+        ledger::close(pod)?;
+        removed
+    });
+    Acted::on(ours.vmis(), result)
+}
+
+/// The pod's directory, locked and settled; `None` when the pod has none.
+fn opened(agent: &Agent, state: &StateDir, vm_name: &VmName) -> Result<Option<(PodDir, PodFiles)>> {
     if !state
         .has_pod(vm_name)
         .map_err(Error::io("reading", state.path()))?
     {
-        return Ok(());
+        return Ok(None);
     }
-    let contrail = &call.conf.contrail;
-    let agent = Agent::new(contrail, call.started);
-    let (mut pod, files) = ledger::open(&agent, state, vm_name)?;
-    let ours = call.ours(files);
-    let mut links = Links::new(contrail)?;
-    let removed = ledger::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
-    ledger::close(pod)?;
-    removed
+    ledger::open(agent, state, vm_name).map(Some)
 }
