@@ -115,8 +115,13 @@ pub enum Error {
     /// Stdin that is not JSON, in the parser's words (where, and what it found).
     #[error("network config on stdin is not JSON: {0}")]
     NotJson(String),
+    /// A key of the network's config (or the node's), or a variable the plugin reads, refused,
+    /// with why.
     #[error("invalid network config: {key}: {why}")]
     Config { key: String, why: String },
+    /// `install`: a destination that names no file.
+    #[error("{}: is not a file's path", path.display())]
+    NotAFile { path: PathBuf },
     /// The network's config sets keys that are the node's to other values than the node's.
     #[error("{}", node_keys_message(keys, network, node_file))]
     NodeKeys {
@@ -358,7 +363,9 @@ impl Error {
             Error::Env(_) => code::INVALID_ENV,
             Error::Io { .. } => code::IO,
             Error::NotJson(_) => code::DECODE,
-            Error::Config { .. } | Error::NodeKeys { .. } => code::INVALID_CONFIG,
+            Error::Config { .. } | Error::NodeKeys { .. } | Error::NotAFile { .. } => {
+                code::INVALID_CONFIG
+            }
             Error::Agent {
                 fault: AgentFault::Refused(_) | AgentFault::Broken(_),
                 ..

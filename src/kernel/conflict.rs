@@ -31,6 +31,8 @@ pub enum Conflict {
     NoMac { vmi: VmiUuid },
     /// Nested mode: a state record without the VMI's VLAN tag.
     NoTag { vmi: VmiUuid },
+    /// vhost-user: a state record without the pod's UID, which names the pod's directory.
+    NoPodUid { vmi: VmiUuid },
     /// Nested mode: the parent interface is not on the node.
     ParentMissing { name: String },
     /// Nested mode: the parent interface is down.
@@ -83,6 +85,11 @@ impl fmt::Display for Conflict {
                     "the state record of VMI {vmi} has no VLAN tag (nested mode)"
                 )
             }
+            Conflict::NoPodUid { vmi } => write!(
+                f,
+                "the state record of VMI {vmi} has no pod-uid, which names its vhost-user \
+                 directory"
+            ),
             Conflict::ParentMissing { name } => write!(
                 f,
                 "parent interface {name} of nested mode is not on this node: set \

@@ -36,7 +36,11 @@ pub struct Options {
 fn put(dest: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let (dir, name) = match (dest.parent(), dest.file_name().and_then(|n| n.to_str())) {
         (Some(dir), Some(name)) => (dir, name),
-        _ => return Err(Error::config(dest.display(), "is not a file's path")),
+        _ => {
+            return Err(Error::NotAFile {
+                path: dest.to_path_buf(),
+            });
+        }
     };
     fs::create_dir_all(dir).map_err(Error::io("creating", dir))?;
     files::open_dir(dir)
@@ -79,9 +83,9 @@ fn install_conf(dir: &Path, file: &Path) -> Result<PathBuf> {
     if let Some(refusal) = conf.refusal() {
         return Err(refusal);
     }
-    let name = file
-        .file_name()
-        .ok_or_else(|| Error::config(file.display(), "is not a file name"))?;
+    let name = file.file_name().ok_or_else(|| Error::NotAFile {
+        path: file.to_path_buf(),
+    })?;
     let dest = dir.join(name);
     put(&dest, &text, 0o644)?;
     Ok(dest)
@@ -163,5 +167,17 @@ fn sweep(file: &Path, grace: Duration) {
         .and_then(|node| crate::commands::node::sweep(&node.contrail, grace));
     if let Err(e) = swept {
         log::error!("sweep: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destination_that_names_no_file_is_refused_as_such() {
+        let e = put(Path::new("/"), b"", 0o644).unwrap_err();
+        assert_eq!(e.code(), crate::error::code::INVALID_CONFIG);
+        assert_eq!(e.to_string(), "/: is not a file's path");
     }
 }

@@ -17,7 +17,7 @@ use super::{Debris, HostLink, Intent, Kind, Observation, Site, Unremoved};
 use crate::agent::Agent;
 use crate::cni::{BadEnv, EnvProblem, Outcome};
 use crate::config::{Mode, VifType, VrouterMode};
-use crate::error::{Error, Result};
+use crate::error::{Conflict, Error, Result};
 use crate::ids::{PodUid, VmiUuid};
 use crate::kernel::interface::{Mismatch, Spec};
 use crate::kernel::names;
@@ -35,10 +35,9 @@ impl VhostUser {
     /// Where a record's pieces are; checked for length when `checked`.
     fn paths(&self, record: &Record, checked: bool) -> Result<vhost::Paths> {
         let uid = record.pod_uid.as_ref().ok_or_else(|| {
-            Error::config(
-                "CNI_ARGS K8S_POD_UID",
-                "a vhost-user attachment needs the pod's UID (it names the pod's directory)",
-            )
+            Error::Interface(Conflict::NoPodUid {
+                vmi: record.vmi_uuid.clone(),
+            })
         })?;
         let mut paths = if checked {
             self.dirs.checked_paths(
