@@ -20,10 +20,10 @@ use crate::vmi::{IpConfig, Mac};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
     /// Its name in the pod, and the pod's netns path.
-    pub ifname: String,
+    pub ifname: IfName,
     pub netns: String,
     /// The host side's name, and its VLAN tag in nested mode.
-    pub host_ifname: String,
+    pub host_ifname: IfName,
     pub vlan: Option<u16>,
     pub mac: Mac,
     pub mtu: u32,
@@ -76,9 +76,9 @@ pub fn describe(record: &Record, ip: &IpConfig, mtu: u32) -> Result<Spec> {
         Vec::new()
     };
     Ok(Spec {
-        ifname: record.ifname.to_string(),
+        ifname: record.ifname.clone(),
         netns: record.netns.clone(),
-        host_ifname: record.host_ifname.to_string(),
+        host_ifname: record.host_ifname.clone(),
         // The tag the vRouter applies now (it may have changed since ADD), else the one ADD used.
         vlan: record.vlan.map(|t| ip.vlan.unwrap_or(t)),
         // Files the agent wrote for another plugin carry no MAC: the agent's is the truth.
@@ -166,39 +166,39 @@ pub enum Mismatch {
     /// The interface in the pod is not the one attached to the host side (a look-alike, or the
     /// attachment's interface renamed away and another given its name).
     NotAttached {
-        ifname: String,
-        host_ifname: String,
+        ifname: IfName,
+        host_ifname: IfName,
     },
-    /// An interface is gone.
+    /// An interface (or, for vhost-user, the link to the pod's socket: a path) is gone.
     Missing {
         ifname: String,
         place: String,
     },
     Mac {
-        ifname: String,
+        ifname: IfName,
         has: String,
         wants: Mac,
     },
     Mtu {
-        ifname: String,
+        ifname: IfName,
         has: u32,
         wants: u32,
     },
     /// Nested mode: the VLAN link carries another tag (or none).
     Vlan {
-        ifname: String,
+        ifname: IfName,
         has: Option<u16>,
         wants: u16,
     },
     Down {
-        ifname: String,
+        ifname: IfName,
     },
     Address {
-        ifname: String,
+        ifname: IfName,
         wants: IpNetwork,
     },
     Route {
-        ifname: String,
+        ifname: IfName,
         dst: IpNetwork,
         gw: Option<IpAddr>,
     },
@@ -317,14 +317,14 @@ impl Spec {
         Outcome {
             interfaces: vec![
                 Interface {
-                    name: self.host_ifname.clone(),
+                    name: self.host_ifname.to_string(),
                     mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
                     mtu: self.mtu,
                     sandbox: None,
                     socket_path: None,
                 },
                 Interface {
-                    name: self.ifname.clone(),
+                    name: self.ifname.to_string(),
                     mac: self.mac.to_string(),
                     mtu: self.mtu,
                     sandbox: Some(self.netns.clone()),
@@ -363,7 +363,7 @@ impl Spec {
     pub fn vhost_outcome(&self, socket_path: &str) -> Outcome {
         Outcome {
             interfaces: vec![Interface {
-                name: self.ifname.clone(),
+                name: self.ifname.to_string(),
                 mac: self.mac.to_string(),
                 mtu: self.mtu,
                 sandbox: Some(self.netns.clone()),
@@ -386,11 +386,11 @@ impl Spec {
     pub fn verify(&self, seen: &Seen) -> std::result::Result<(), Mismatch> {
         let ifname = || self.ifname.clone();
         let link = seen.link.as_ref().ok_or_else(|| Mismatch::Missing {
-            ifname: ifname(),
+            ifname: self.ifname.to_string(),
             place: self.netns.clone(),
         })?;
         let host = seen.host.as_ref().ok_or_else(|| Mismatch::Missing {
-            ifname: self.host_ifname.clone(),
+            ifname: self.host_ifname.to_string(),
             place: "the host".into(),
         })?;
         if !leads_to(link, host) {
@@ -543,13 +543,14 @@ pub fn verify_listed(
     seen: &Seen,
 ) -> std::result::Result<(), Mismatch> {
     for l in listed(prev)? {
-        let (link, place) = if l.name == spec.ifname && l.sandbox.as_deref() == Some(&spec.netns) {
-            (seen.link.as_ref(), spec.netns.as_str())
-        } else if l.name == spec.host_ifname && l.sandbox.is_none() {
-            (seen.host.as_ref(), "the host")
-        } else {
-            continue;
-        };
+        let (link, place) =
+            if l.name == spec.ifname.as_str() && l.sandbox.as_deref() == Some(&spec.netns) {
+                (seen.link.as_ref(), spec.netns.as_str())
+            } else if l.name == spec.host_ifname.as_str() && l.sandbox.is_none() {
+                (seen.host.as_ref(), "the host")
+            } else {
+                continue;
+            };
         let what = |thing: String| Mismatch::Listed {
             what: format!("{thing}, which {place} lacks"),
         };

@@ -618,10 +618,10 @@ pub(crate) fn check_free(ctr: &mut Socket, netns: &Netns, ifnames: &[&str]) -> R
 pub(crate) fn configure(ctr: &mut Socket, spec: &Spec) -> Result<Vec<(IpNetwork, IpAddr)>> {
     let vanished = || {
         Error::Interface(Conflict::Vanished {
-            name: spec.ifname.clone(),
+            name: spec.ifname.to_string(),
         })
     };
-    let link = ctr.link(&spec.ifname)?.ok_or_else(vanished)?;
+    let link = ctr.link(spec.ifname.as_str())?.ok_or_else(vanished)?;
     ctr.set_up(link.index)?;
     for (address, _) in &spec.addresses {
         ctr.add_addr(link.index, *address)?;
