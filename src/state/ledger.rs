@@ -4,10 +4,10 @@
 //! to `state`), registers a port with the agent or drops one, and creates or deletes an
 //! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`],
 //! [`Links::register`] and [`Links::remove`] take a [`Seal`], which only this module can make.
-//! Everything else gets read-only views (`PodFiles`, the agent's GETs, `Links`' observers). An ADD's steps are a
-//! typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`] takes one and yields a
-//! [`Linked`] attachment, [`register`] takes those; a release's too: only an `Unlinked` record
-//! (its link removed, or never made) is released. ADD's claims, links and
+//! Everything else gets read-only views (`PodFiles`, the agent's GETs, `Links`' observers).
+//! An ADD's steps are a typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`]
+//! takes one and yields a [`Linked`] attachment, [`register`] takes those; a release's too: only
+//! an `Unlinked` record (its link removed, or never made) is released. ADD's claims, links and
 //! registrations, DEL, the rollback of a failed ADD, GC, the sweep and the resync of an
 //! interrupted call all go through here.
 //!
