@@ -43,16 +43,7 @@ fn three_attachments_with_a_repeated_network_add_check_del() {
         !ns.v6_tentative("eth0"),
         "IPv6 address must be usable at once"
     );
-    // One default route per family, on the cluster network's interface only.
-    let mut routes = ns.default_routes();
-    routes.sort();
-    assert_eq!(
-        routes,
-        [
-            ("-4".into(), "10.1.0.1".into(), "eth0".into()),
-            ("-6".into(), "fd00:1::1".into(), "eth0".into())
-        ]
-    );
+    dual_stack_defaults_on_eth0(ns);
     for r in [&eth0, &net1, &net2] {
         assert!(host_link_exists(&host_name(r)));
     }
@@ -376,6 +367,20 @@ fn on_network(network: &str, n: u8, j: u8, v4: bool, v6: bool) -> VmiSpec {
 }
 
 /// The route the pod's kernel picks for `dst` when told to leave by `ifname`: (gateway, dev).
+/// The pod's default routes: one per family, on the cluster network's interface (`eth0`) only.
+#[track_caller]
+fn dual_stack_defaults_on_eth0(ns: &Netns) {
+    let mut routes = ns.default_routes();
+    routes.sort();
+    assert_eq!(
+        routes,
+        [
+            ("-4".into(), "10.1.0.1".into(), "eth0".into()),
+            ("-6".into(), "fd00:1::1".into(), "eth0".into())
+        ]
+    );
+}
+
 fn route_via(ns: &Netns, dst: &str, ifname: &str) -> (String, String) {
     let fam = if dst.contains(':') { "-6" } else { "-4" };
     let out = sh(
@@ -435,16 +440,7 @@ fn ipv6_on_a_network_attached_three_times_and_one_attached_twice() {
     for ((ifname, _), v) in attachments.iter().zip(&vmis) {
         assert_up(ifname, v);
     }
-    // The pod's default routes, one per family, on the cluster network's interface only.
-    let mut routes = ns.default_routes();
-    routes.sort();
-    assert_eq!(
-        routes,
-        [
-            ("-4".into(), "10.1.0.1".into(), "eth0".into()),
-            ("-6".into(), "fd00:1::1".into(), "eth0".into())
-        ]
-    );
+    dual_stack_defaults_on_eth0(ns);
     for ((ifname, net), r) in attachments.iter().zip(&results) {
         fx.check(ifname, net, r).assert_ok();
     }
