@@ -30,8 +30,8 @@ const MARK: &str = "// forbidden";
 /// ("tuple struct constructor `Linked` is private"), a privacy error.
 const REGISTER_UNLINKED: &str = r#"
 #[allow(dead_code)]
-fn register_unlinked(agent: &crate::agent::Agent, links: &crate::kernel::links::Links, record: crate::state::Record) -> crate::error::Result<()> {
-    crate::state::ledger::register(agent, links, &[crate::state::ledger::Linked(record)]) // forbidden
+fn register_unlinked(agent: &crate::agent::Agent, kinds: &crate::kernel::links::Kinds, record: crate::state::Record) -> crate::error::Result<()> {
+    crate::state::ledger::register(agent, kinds, &[crate::state::ledger::Linked(record)]) // forbidden
 }
 "#;
 

@@ -86,11 +86,34 @@ pub struct Agent {
     deadline: Instant,
     /// Asked between polls: true when the wait must end (a DEL of the attachment came).
     stop: Option<Box<dyn Fn() -> bool>>,
-    /// Whether this node registers its ports (see [`crate::config::VifType::registers`]).
-    registers: bool,
     /// The node's request budget, shared with every other call on the node.
     budget: Budget,
     rate: u32,
+}
+
+/// How the agent comes to hold an attachment's port, and how it lets go of it: each kind of
+/// attachment has one (`kernel::links::Kind::registration`), and the ledger keeps the agent's
+/// registrations in line with the state files by it, never by the kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Registration {
+    /// `POST /vm` with the record. The agent drops a pod's ports only all together
+    /// (`DELETE /vm/<vm-uuid>`): the ones that stay are registered again.
+    ByVm,
+    /// `POST /port` (the Nova route, docs/vhost-user.md), dropped alone (`DELETE
+    /// /port/<vmi>`); a `/vm` resync neither drops nor registers it again.
+    ByPort,
+    /// Not by this node: the hypervisor's agent makes a nested VMI's port from its config alone
+    /// (a registration would turn it into a tap on the hypervisor, which does not exist), and
+    /// names it after the VMI.
+    Elsewhere,
+}
+
+impl Registration {
+    /// Whether this node registers the port, so that the agent knows it by the name it was
+    /// registered with and a release must drop it.
+    pub(crate) fn by_this_node(self) -> bool {
+        self != Registration::Elsewhere
+    }
 }
 
 /// One poll's outcome: the answer, or why it is not there yet.
@@ -112,7 +135,6 @@ impl Agent {
             start,
             deadline: start + conf.poll_budget(),
             stop: None,
-            registers: conf.vif_type.registers(),
             budget: Budget::new(&conf.config_dir, conf.agent_rate),
             rate: conf.agent_rate,
         }
@@ -126,12 +148,6 @@ impl Agent {
     /// When the call started.
     pub fn started(&self) -> Instant {
         self.start
-    }
-
-    /// Whether this node registers its ports with the agent; a nested node never does, so
-    /// nothing of the registrations' bookkeeping applies there.
-    pub fn registers(&self) -> bool {
-        self.registers
     }
 
     /// The error for pod `vm_name`'s VMIs that this node cannot take as the agent sent them.
@@ -392,14 +408,21 @@ impl Agent {
         })
     }
 
-    /// Whether the agent reports a host interface for a VMI. One quick look, no waiting, ahead
-    /// of polls (it comes before the ADD's registration): used only to tell repeated
-    /// attachments of one network apart. Within the invocation's deadline: a VMI the agent
-    /// does not answer for in time counts as unregistered.
-    pub fn is_registered(&self, vm_uuid: &VmUuid, vmi_uuid: &VmiUuid) -> bool {
+    /// Whether the agent reports a host interface for a VMI whose port this node registers as
+    /// `how` says (one it never registers, never). One quick look, no waiting, ahead of polls
+    /// (it comes before the ADD's registration): used only to tell repeated attachments of one
+    /// network apart. Within the invocation's deadline: a VMI the agent does not answer for in
+    /// time counts as unregistered.
+    pub(crate) fn is_registered(
+        &self,
+        how: Registration,
+        vm_uuid: &VmUuid,
+        vmi_uuid: &VmiUuid,
+    ) -> bool {
         let left = self.deadline.saturating_duration_since(Instant::now());
         let t = left.min(self.poll_timeout);
-        !t.is_zero()
+        how.by_this_node()
+            && !t.is_zero()
             && matches!(self.ip_config(Class::Ahead, vm_uuid, vmi_uuid, t), Ok(Some(ip)) if ip.registered_as.is_some())
     }
 

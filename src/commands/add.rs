@@ -18,7 +18,7 @@ use crate::crash::{self, Step};
 use crate::error::{Conflict, During, Error, Result};
 use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::interface::{self, Spec};
-use crate::kernel::links::{self, Intent, Links};
+use crate::kernel::links::{self, Intent, Kinds, Links};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::ledger::{self, Linked, Recorded, Registered};
 use crate::state::{Lock, PodDir, PodFiles, Record, Route, STATE_VERSION, StateDir};
@@ -43,7 +43,7 @@ fn start<'a>(call: &Call<'a>) -> Result<(Add<'a>, &'a Pod)> {
     warn_about_requests(call.conf, call.env);
     // What the attachment's kind needs of the node is checked before anything (a vhost-user
     // attachment where it cannot work: code 7; nested mode's parent interface).
-    let mut links = Links::new(&call.conf.contrail)?;
+    let mut links = Links::new(Kinds::new(&call.conf.contrail))?;
     links.ready(&Intent {
         conf: call.conf,
         env: call.env,
@@ -134,7 +134,8 @@ impl Add<'_> {
     /// Chooses and records the claims under the pod's lock, so that concurrent ADDs of one pod
     /// never take the same VMI, and a crash after this point leaves records a DEL acts on.
     fn claim(&mut self, vmis: &[Vmi]) -> Result<Claimed> {
-        let (mut pod, files) = ledger::open(&self.agent, &self.state, &self.vm_name)?;
+        let (mut pod, files) =
+            ledger::open(&self.agent, self.links.kinds(), &self.state, &self.vm_name)?;
         let claimed = self.record_claims(&mut pod, &files, vmis);
         ledger::close(pod)?;
         claimed
@@ -259,10 +260,10 @@ impl Add<'_> {
                 // Only a network attached more than once needs the agent's view to tell VMIs
                 // apart: asked under the pod's lock, after the pod was settled, so that it
                 // matches the files.
-                let registers = self.agent.registers();
+                let how = self.links.kinds().registration_for(&self.conf.contrail);
                 let vmi = vmi::resolve(at, vmis, &files.claims())
                     .map_err(unresolved)?
-                    .take(|v| registers && self.agent.is_registered(&v.vm_uuid, &v.uuid))
+                    .take(|v| self.agent.is_registered(how, &v.vm_uuid, &v.uuid))
                     .ok_or_else(|| {
                         let count = vmis.iter().filter(|v| v.network == *network).count();
                         unresolved(Unresolved::AllTaken { count })
@@ -296,7 +297,7 @@ impl Add<'_> {
         }
         crash::point(Step::Veth);
         made.registered = true;
-        ledger::register(&self.agent, &self.links, &made.links)?;
+        ledger::register(&self.agent, self.links.kinds(), &made.links)?;
         crash::point(Step::Registered);
         let uuids: Vec<&VmiUuid> = records.iter().map(|r| &r.vmi_uuid).collect();
         let ips = match records.first() {
@@ -326,7 +327,8 @@ impl Add<'_> {
     /// A newer sandbox of the pod that took a VMI over meanwhile rewrote its claim: then this
     /// ADD is undone rather than leave an interface no record knows.
     fn still_held(&self, records: &[Recorded]) -> Result<()> {
-        let (pod, files) = ledger::open(&self.agent, &self.state, &self.vm_name)?;
+        let (pod, files) =
+            ledger::open(&self.agent, self.links.kinds(), &self.state, &self.vm_name)?;
         ledger::close(pod)?;
         match records.iter().find(|r| !files.records.contains(r)) {
             Some(gone) => Err(Error::Interface(Conflict::TakenOver {
@@ -345,52 +347,52 @@ impl Add<'_> {
         } else {
             Registered::No
         };
-        let failed = match ledger::open(&self.agent, &self.state, &self.vm_name) {
-            Err(e) => {
-                // The pod's state cannot be locked or read: its interfaces go all the same.
-                let mut failed = vec![e];
-                let made: Vec<Record> = made.links.iter().map(|l| Record::clone(l)).collect();
-                failed.extend(ledger::unlink(&mut self.links, &made));
-                failed
-            }
-            Ok((mut pod, files)) => {
-                let ours = |r: &Record| {
-                    !files
-                        .records
-                        .iter()
-                        .chain(&files.reserved)
-                        .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
-                };
-                let links: Vec<Record> = made
-                    .links
-                    .iter()
-                    .filter(|r| ours(r))
-                    .map(|l| Record::clone(l))
-                    .collect();
-                // An attachment that was there before this call, registered, gets its record
-                // back as it was (before the agent is brought in line); a new claim is
-                // released.
-                let (mut restore, mut claims) = (Vec::new(), Vec::new());
-                for (r, old) in claimed.records.iter().zip(&claimed.prior) {
-                    match old {
-                        _ if !ours(r) => {}
-                        Some(old) => restore.push(old.clone()),
-                        None => claims.push(Record::clone(r)),
-                    }
+        let failed =
+            match ledger::open(&self.agent, self.links.kinds(), &self.state, &self.vm_name) {
+                Err(e) => {
+                    // The pod's state cannot be locked or read: its interfaces go all the same.
+                    let mut failed = vec![e];
+                    let made: Vec<Record> = made.links.iter().map(|l| Record::clone(l)).collect();
+                    failed.extend(ledger::unlink(&mut self.links, &made));
+                    failed
                 }
-                let mut failed = ledger::undo(
-                    &self.agent,
-                    &mut self.links,
-                    &mut pod,
-                    &restore,
-                    &links,
-                    &claims,
-                    registered,
-                );
-                failed.extend(ledger::close(pod).err());
-                failed
-            }
-        };
+                Ok((mut pod, files)) => {
+                    let ours =
+                        |r: &Record| {
+                            !files.records.iter().chain(&files.reserved).any(|h| {
+                                h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname)
+                            })
+                        };
+                    let links: Vec<Record> = made
+                        .links
+                        .iter()
+                        .filter(|r| ours(r))
+                        .map(|l| Record::clone(l))
+                        .collect();
+                    // An attachment that was there before this call, registered, gets its record
+                    // back as it was (before the agent is brought in line); a new claim is
+                    // released.
+                    let (mut restore, mut claims) = (Vec::new(), Vec::new());
+                    for (r, old) in claimed.records.iter().zip(&claimed.prior) {
+                        match old {
+                            _ if !ours(r) => {}
+                            Some(old) => restore.push(old.clone()),
+                            None => claims.push(Record::clone(r)),
+                        }
+                    }
+                    let mut failed = ledger::undo(
+                        &self.agent,
+                        &mut self.links,
+                        &mut pod,
+                        &restore,
+                        &links,
+                        &claims,
+                        registered,
+                    );
+                    failed.extend(ledger::close(pod).err());
+                    failed
+                }
+            };
         for e in &failed {
             log::warn!("rollback: {e}");
         }

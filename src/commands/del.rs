@@ -6,7 +6,7 @@ use crate::agent::Agent;
 use crate::commands::call::{Acted, Call};
 use crate::error::{Error, Result};
 use crate::ids::{IfName, VmName};
-use crate::kernel::links::Links;
+use crate::kernel::links::{Kinds, Links};
 use crate::state::ledger;
 use crate::state::{Lock, PodDir, PodFiles, StateDir};
 
@@ -58,12 +58,13 @@ fn lock_stopping_an_add(call: &Call, state: &StateDir, vm_name: &VmName) -> Resu
 fn remove(call: &Call, state: &StateDir, vm_name: &VmName) -> Acted<()> {
     let contrail = &call.conf.contrail;
     let agent = Agent::new(contrail, call.started);
-    let (mut pod, files) = match opened(&agent, state, vm_name) {
+    let kinds = Kinds::new(contrail);
+    let (mut pod, files) = match opened(&agent, &kinds, state, vm_name) {
         Ok(Some(opened)) => opened,
         other => return other.map(drop).into(),
     };
     let ours = call.ours(files);
-    let result = Links::new(contrail).and_then(|mut links| {
+    let result = Links::new(kinds).and_then(|mut links| {
         let removed = ledger::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
         ledger::close(pod)?;
         removed
@@ -72,12 +73,17 @@ fn remove(call: &Call, state: &StateDir, vm_name: &VmName) -> Acted<()> {
 }
 
 /// The pod's directory, locked and settled; `None` when the pod has none.
-fn opened(agent: &Agent, state: &StateDir, vm_name: &VmName) -> Result<Option<(PodDir, PodFiles)>> {
+fn opened(
+    agent: &Agent,
+    kinds: &Kinds,
+    state: &StateDir,
+    vm_name: &VmName,
+) -> Result<Option<(PodDir, PodFiles)>> {
     if !state
         .has_pod(vm_name)
         .map_err(Error::io("reading", state.path()))?
     {
         return Ok(None);
     }
-    ledger::open(agent, state, vm_name).map(Some)
+    ledger::open(agent, kinds, state, vm_name).map(Some)
 }

@@ -9,7 +9,7 @@ use crate::commands::call::scope;
 use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
 use crate::ids::{IfName, VmName};
-use crate::kernel::links::Links;
+use crate::kernel::links::{Kinds, Links};
 use crate::state::ledger;
 use crate::state::{Record, StateDir, sandbox_gone};
 
@@ -97,7 +97,7 @@ fn release_where(
         return Ok(());
     };
     let agent = Agent::new(conf, started);
-    let mut links = Links::new(conf)?;
+    let mut links = Links::new(Kinds::new(conf))?;
     let (mut released, mut failed) = (0, Vec::new());
     for vm_name in state.pods().map_err(Error::io("reading", dir))? {
         let result = release_in(conf, who, &picked, &agent, &mut links, &state, &vm_name);
@@ -133,7 +133,7 @@ fn release_in(
 ) -> Result<usize> {
     // A pod a call is working on is skipped: this never waits for a slow call, and that call,
     // or the next pass, finishes what is pending.
-    let Some((mut pod, files)) = ledger::try_open(agent, state, vm_name)? else {
+    let Some((mut pod, files)) = ledger::try_open(agent, links.kinds(), state, vm_name)? else {
         log::info!("{who}: pod {vm_name} is busy with a call: skipped this time");
         return Ok(0);
     };

@@ -184,15 +184,6 @@ pub enum VifType {
     Macvlan,
 }
 
-impl VifType {
-    /// Whether the node registers its ports with the agent (`POST /vm`). A nested node never
-    /// does: the hypervisor's agent makes a VLAN sub-interface's port from its config alone, and
-    /// a registration would turn it into a tap on the hypervisor, which does not exist.
-    pub fn registers(self) -> bool {
-        self == VifType::Veth
-    }
-}
-
 /// What a network's attachments are, as its config asks (`interface-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterfaceType {

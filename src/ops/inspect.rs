@@ -9,7 +9,7 @@ use crate::agent::{Agent, Class};
 use crate::config::{self, Contrail};
 use crate::error::{Error, Result};
 use crate::ids::VmName;
-use crate::kernel::links::{Debris, Links};
+use crate::kernel::links::{Debris, Kinds, Links};
 use crate::state::{Record, StateDir, Then};
 use crate::vmi::Mac;
 
@@ -229,8 +229,8 @@ fn observe(
 ) -> (Observed, Option<Mac>, Vec<String>) {
     let ip = agent.ip_config(Class::Poll, &r.vm_uuid, &r.vmi_uuid, conf.poll_timeout);
     let agent_view = match &ip {
-        // A nested node registers nothing: the IP configuration is all there is to see.
-        Ok(Some(_)) if !agent.registers() => AgentView::Configured,
+        // A port registered elsewhere: the IP configuration is all there is to see.
+        Ok(Some(_)) if !links.kinds().registration(r).by_this_node() => AgentView::Configured,
         Ok(Some(ip)) => ip
             .registered_as
             .clone()
@@ -296,7 +296,7 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    let mut links = Links::new(conf)?;
+    let mut links = Links::new(Kinds::new(conf))?;
     let agent = Agent::new(conf, std::time::Instant::now());
     if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
         for vm_name in state.pods().map_err(Error::io("reading", dir))? {

@@ -2,8 +2,9 @@
 //! attachments' state files, and the links they describe exist", and of its crash safety. It is
 //! the only code that writes, renames or removes a state file (`PodDir`'s writers are private
 //! to `state`), registers a port with the agent or drops one, and creates or deletes an
-//! attachment's link: [`Agent::register`], [`Agent::resync`], [`Links::create`],
-//! [`Links::register`] and [`Links::remove`] take a [`Seal`], which only this module can make.
+//! attachment's link: the agent's registering and dropping requests ([`Agent::register`],
+//! `register_port`, `deregister_port`, [`Agent::resync`]), [`Links::create`] and
+//! [`Links::remove`] take a [`Seal`], which only this module can make.
 //! Everything else gets read-only views (`PodFiles`, the agent's GETs, `Links`' observers).
 //! An ADD's steps are a typed sequence: [`write`] yields a [`Recorded`] claim, [`create_link`]
 //! takes one and yields a [`Linked`] attachment, [`register`] takes those; a release's too: only
@@ -24,18 +25,20 @@
 //! A kill or an agent that does not answer between 2 and 4 leaves the pending files, and the
 //! next call for the pod, GC or the sweep does 3 and 4 ([`open`]).
 //!
-//! A vhost-user attachment's port is registered through `POST /port` (its record's `route`,
-//! docs/vhost-user.md), which the agent can drop alone: step 3 is `DELETE /port/<vmi>` for it,
-//! and the `/vm` resync neither drops nor re-registers it. A record the agent never
-//! heard of (an ADD that failed before `POST /vm`) skips 2 to 4.
+//! How the agent holds a record's port is its kind's [`Registration`] (the ledger never asks
+//! which kind a record is): by VM, as above; by port (`POST /port`, docs/vhost-user.md), which
+//! the agent can drop alone, so step 3 is `DELETE /port/<vmi>` for it and the `/vm` resync
+//! neither drops nor registers it again; or elsewhere (a nested node's, the hypervisor's). A
+//! record the agent never heard of (an ADD that failed before registering, or one whose port
+//! is registered elsewhere) skips 2 to 4.
 
 use std::collections::BTreeSet;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Registration};
 use crate::crash::{self, Step};
 use crate::error::{Error, Result};
 use crate::ids::{VmName, VmUuid};
-use crate::kernel::links::{Links, Unremoved};
+use crate::kernel::links::{Kinds, Links, Unremoved};
 use crate::kernel::netlink::{Netns, Socket};
 use crate::state::{Pending, PodDir, PodFiles, Record, StateDir, Then};
 
@@ -88,11 +91,13 @@ pub(crate) fn create_link(
     Ok(Linked(claim.0.clone()))
 }
 
-/// Registers linked attachments, each as its kind does (see [`Links::register`]).
-pub(crate) fn register(agent: &Agent, links: &Links, linked: &[Linked]) -> Result<()> {
-    linked
-        .iter()
-        .try_for_each(|r| links.register(&SEAL, agent, r))
+/// Registers linked attachments, each as its kind's [`Registration`] says.
+pub(crate) fn register(agent: &Agent, kinds: &Kinds, linked: &[Linked]) -> Result<()> {
+    linked.iter().try_for_each(|r| match kinds.registration(r) {
+        Registration::ByVm => agent.register(&SEAL, &r.port()),
+        Registration::ByPort => agent.register_port(&SEAL, &r.port_body()),
+        Registration::Elsewhere => Ok(()),
+    })
 }
 
 /// A record whose attachment has no link left: its interface was removed, or never made. Only
@@ -105,6 +110,7 @@ struct Unlinked(Record);
 /// agent did not answer it), and reads what the pod's directory then holds.
 pub(crate) fn open(
     agent: &Agent,
+    kinds: &Kinds,
     state: &StateDir,
     vm_name: &VmName,
 ) -> Result<(PodDir, PodFiles)> {
@@ -115,7 +121,7 @@ pub(crate) fn open(
             &state.path().join(vm_name),
             agent.started(),
         ))?;
-    let files = settle(agent, &pod).map_err(Error::io("reading", pod.path()))?;
+    let files = settle(agent, kinds, &pod).map_err(Error::io("reading", pod.path()))?;
     Ok((pod, files))
 }
 
@@ -123,6 +129,7 @@ pub(crate) fn open(
 /// working on rather than wait for it.
 pub(crate) fn try_open(
     agent: &Agent,
+    kinds: &Kinds,
     state: &StateDir,
     vm_name: &VmName,
 ) -> Result<Option<(PodDir, PodFiles)>> {
@@ -133,7 +140,7 @@ pub(crate) fn try_open(
     let Some(pod) = pod else {
         return Ok(None);
     };
-    let files = settle(agent, &pod).map_err(Error::io("reading", pod.path()))?;
+    let files = settle(agent, kinds, &pod).map_err(Error::io("reading", pod.path()))?;
     Ok(Some((pod, files)))
 }
 
@@ -169,14 +176,21 @@ pub(crate) fn remove(
 ) -> Result<()> {
     let (gone, failed) = delete_links(links, records);
     crash::point(Step::Unlinked);
-    release(agent, pod, &gone, Then::Gone, Registered::Maybe)?;
+    release(
+        agent,
+        links.kinds(),
+        pod,
+        &gone,
+        Then::Gone,
+        Registered::Maybe,
+    )?;
     for r in reserved {
         pod.drop_reservation(&r.vmi_uuid)
             .map_err(Error::io("removing state in", pod.path()))?;
     }
     if !reserved.is_empty() {
         // A reservation still pending became a pending release.
-        log_unsettled(pod, settle(agent, pod));
+        log_unsettled(pod, settle(agent, links.kinds(), pod));
     }
     match failed.into_iter().next() {
         Some(u) => Err(u.error),
@@ -218,7 +232,17 @@ pub(crate) fn undo(
         .filter(|u| claims.iter().any(|c| c.vmi_uuid == u.0.vmi_uuid))
         .chain(never_linked)
         .collect();
-    failed.extend(release(agent, pod, &claims, Then::Reserved, registered).err());
+    failed.extend(
+        release(
+            agent,
+            links.kinds(),
+            pod,
+            &claims,
+            Then::Reserved,
+            registered,
+        )
+        .err(),
+    );
     failed
 }
 
@@ -252,28 +276,32 @@ fn delete_links(links: &mut Links, records: &[Record]) -> (Vec<Unlinked>, Vec<Un
 /// next call.
 fn release(
     agent: &Agent,
+    kinds: &Kinds,
     pod: &mut PodDir,
     gone: &[Unlinked],
     then: Then,
     registered: Registered,
 ) -> Result<()> {
     let failed = |e| Error::io("releasing state in", pod.path())(e);
-    // A node that never registers (nested mode) has nothing to bring in line.
-    if registered == Registered::No || !agent.registers() {
-        for r in gone {
-            match then {
-                Then::Reserved => pod.reserve(&r.0.vmi_uuid),
-                Then::Gone => pod.remove(&r.0.vmi_uuid),
-            }
-            .map_err(failed)?;
+    // A record that explains no registration of this node's has nothing to bring in line.
+    let (held, unheld): (Vec<&Unlinked>, Vec<&Unlinked>) = gone
+        .iter()
+        .partition(|r| registered == Registered::Maybe && kinds.registration(&r.0).by_this_node());
+    for r in unheld {
+        match then {
+            Then::Reserved => pod.reserve(&r.0.vmi_uuid),
+            Then::Gone => pod.remove(&r.0.vmi_uuid),
         }
+        .map_err(failed)?;
+    }
+    if held.is_empty() {
         return Ok(());
     }
-    for r in gone {
+    for r in held {
         pod.mark_released(&r.0.vmi_uuid, then).map_err(failed)?;
     }
     crash::point(Step::Marked);
-    log_unsettled(pod, settle(agent, pod));
+    log_unsettled(pod, settle(agent, kinds, pod));
     Ok(())
 }
 
@@ -287,34 +315,30 @@ fn log_unsettled(pod: &PodDir, settled: std::io::Result<PodFiles>) {
 /// Steps 3 and 4 for whatever is pending in the pod: for each VM with a pending file, its ports
 /// are dropped and its attachments registered again, then its pending files settled. A failure
 /// is logged and leaves them pending. Returns what the pod's directory then holds.
-fn settle(agent: &Agent, pod: &PodDir) -> std::io::Result<PodFiles> {
+fn settle(agent: &Agent, kinds: &Kinds, pod: &PodDir) -> std::io::Result<PodFiles> {
     let files = pod.files()?;
     if files.pending.is_empty() && files.legacy_resync.is_none() {
         return Ok(files);
     }
-    finish_pending(agent, pod, files);
+    finish_pending(agent, kinds, pod, files);
     pod.files()
 }
 
-fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
-    if !agent.registers() {
-        // Nothing of this node's is registered: what is pending settles at once.
-        for p in &files.pending {
-            if let Err(e) = pod.settled(p) {
-                log::warn!("pod {}: settling VMI {}: {e}", pod.name(), p.vmi_uuid);
-            }
-        }
-        return;
-    }
-    // Only `POST /vm` ports are dropped by VM and registered again; a `POST /port` one is
-    // dropped alone (below) and never goes through `POST /vm`.
+fn finish_pending(agent: &Agent, kinds: &Kinds, pod: &PodDir, files: PodFiles) {
+    let by_vm = |r: &Record| kinds.registration(r) == Registration::ByVm;
+    // Only ports registered by VM are dropped by VM and registered again; one registered by
+    // port is dropped alone (below), one registered elsewhere not at all.
+    let legacy = files
+        .legacy_resync
+        .clone()
+        .filter(|_| kinds.legacy_registration() == Registration::ByVm);
     let vms: BTreeSet<VmUuid> = files
         .pending
         .iter()
         .filter_map(|p| p.record.as_ref())
-        .filter(|r| r.route.is_vm())
+        .filter(|r| by_vm(r))
         .map(|r| r.vm_uuid.clone())
-        .chain(files.legacy_resync.clone())
+        .chain(legacy)
         .collect();
     // The attachments of a sandbox that is provably gone are not registered again: their
     // interfaces went with its network namespace, and its DELs (or GC, the sweep) will come.
@@ -324,9 +348,10 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
     let mut live = Vec::new();
     let boot = crate::state::files::boot_id();
     for r in files.records {
-        // A vhost-user attachment stays live: its link and directory outlive the netns (its
-        // DEL, GC or the sweep removes them), and it costs the `/vm` resync nothing.
-        if !r.route.is_vm() || !crate::state::sandbox_gone(&r, &boot) {
+        // Only a port the resync registers again costs it anything; the others stay live (a
+        // vhost-user attachment's link and directory outlive the netns: its DEL, GC or the
+        // sweep removes them).
+        if !by_vm(&r) || !crate::state::sandbox_gone(&r, &boot) {
             live.push(r);
             continue;
         }
@@ -343,7 +368,7 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
         }
     }
     for r in pending.iter().filter_map(|p| p.record.as_ref()) {
-        if r.route.is_vm() {
+        if kinds.registration(r) != Registration::ByPort {
             continue;
         }
         if let Err(e) = agent.deregister_port(&SEAL, &r.vmi_uuid) {
@@ -356,11 +381,8 @@ fn finish_pending(agent: &Agent, pod: &PodDir, files: PodFiles) {
             return;
         }
     }
-    let mut ports: Vec<serde_json::Value> = live
-        .iter()
-        .filter(|r| r.route.is_vm())
-        .map(Record::port)
-        .collect();
+    let mut ports: Vec<serde_json::Value> =
+        live.iter().filter(|r| by_vm(r)).map(Record::port).collect();
     // A future version's file that is still a port stays registered.
     ports.extend(files.unreadable.into_iter().filter_map(|u| u.port));
     for vm in &vms {

@@ -7,11 +7,12 @@
 //! - [`vhost_user`] (`interface-type` `vhost-user`): no kernel interface, a socket for the
 //!   pod's DPDK application.
 //!
-//! [`Links`] holds the node's kinds and picks one per record (the node's `vif-type`, unless the
+//! [`Kinds`] holds the node's kinds and picks one per record (the node's `vif-type`, unless the
 //! record's `port-route` is `port`) or per network (`interface-type`), in `Which` alone: the
-//! commands, the ledger and `inspect` never ask which kind an attachment is. What happens
-//! inside the pod (addresses, routes: [`configure`]) is the same for every kind that has an end
-//! there.
+//! commands, the ledger and `inspect` never ask which kind an attachment is. The ledger asks a
+//! record's kind how the agent holds its port ([`Registration`]); everything else goes through
+//! [`Links`], the kinds with a netlink socket on the host. What happens inside the pod
+//! (addresses, routes: [`configure`]) is the same for every kind that has an end there.
 
 mod nested;
 mod veth;
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Registration};
 use crate::cni::{Env, Outcome};
 use crate::config::{Contrail, InterfaceType, NetConf, VifType};
 use crate::error::{Conflict, Error, Result};
@@ -123,9 +124,9 @@ pub(crate) trait Kind {
     /// nothing of it.
     fn create(&self, site: &mut Site, record: &Record) -> Result<()>;
 
-    /// Registers the attachment's port with the agent: `POST /vm` with the record itself.
-    fn register(&self, seal: &Seal, agent: &Agent, r: &Record) -> Result<()> {
-        agent.register(seal, &r.port())
+    /// How the agent comes to hold its port: `POST /vm` with the record itself.
+    fn registration(&self) -> Registration {
+        Registration::ByVm
     }
 
     /// The kernel link on the host a record's attachment holds, if the kind makes one: this
@@ -254,15 +255,13 @@ impl Which {
     }
 }
 
-/// The node's kinds of attachment, and a netlink socket on the host.
-pub(crate) struct Links {
-    /// By [`Which`]: the node's kernel kind (`vif-type`), vhost-user.
-    kinds: [Box<dyn Kind>; 2],
-    host: Socket,
-}
+/// The node's kinds of attachment, by [`Which`]: the node's kernel kind (`vif-type`),
+/// vhost-user. What they say needs no socket: the ledger asks them how the agent holds a
+/// record's port.
+pub(crate) struct Kinds([Box<dyn Kind>; 2]);
 
-impl Links {
-    pub(crate) fn new(conf: &Contrail) -> Result<Links> {
+impl Kinds {
+    pub(crate) fn new(conf: &Contrail) -> Kinds {
         let node: Box<dyn Kind> = match conf.vif_type {
             VifType::Veth => Box::new(Veth),
             VifType::Macvlan => Box::new(Nested {
@@ -272,19 +271,55 @@ impl Links {
         let vhost_user = Box::new(VhostUser {
             dirs: vhost::Dirs::new(conf),
         });
+        Kinds([node, vhost_user])
+    }
+
+    fn get(&self, which: Which) -> &dyn Kind {
+        self.0[which as usize].as_ref()
+    }
+
+    /// How the agent holds a record's port (see [`Kind::registration`]).
+    pub(crate) fn registration(&self, r: &Record) -> Registration {
+        self.get(Which::of_record(r)).registration()
+    }
+
+    /// How the agent holds the ports of a network's attachments.
+    pub(crate) fn registration_for(&self, conf: &Contrail) -> Registration {
+        self.get(Which::of_network(conf)).registration()
+    }
+
+    /// How the agent holds the ports of the node's kernel kind: the only kind version 0.1.0
+    /// made, whose `.resync` marker names a VM to bring in line.
+    pub(crate) fn legacy_registration(&self) -> Registration {
+        self.get(Which::Node).registration()
+    }
+}
+
+/// The node's kinds of attachment, and a netlink socket on the host.
+pub(crate) struct Links {
+    kinds: Kinds,
+    host: Socket,
+}
+
+impl Links {
+    pub(crate) fn new(kinds: Kinds) -> Result<Links> {
         Ok(Links {
-            kinds: [node, vhost_user],
+            kinds,
             host: Socket::host()?,
         })
     }
 
+    pub(crate) fn kinds(&self) -> &Kinds {
+        &self.kinds
+    }
+
     fn kind(&self, which: Which) -> &dyn Kind {
-        self.kinds[which as usize].as_ref()
+        self.kinds.get(which)
     }
 
     /// A kind and the host's socket.
     fn with_host(&mut self, which: Which) -> (&dyn Kind, &mut Socket) {
-        (self.kinds[which as usize].as_ref(), &mut self.host)
+        (self.kinds.get(which), &mut self.host)
     }
 
     /// Whether the node can take the call's attachment, before anything is made.
@@ -308,11 +343,6 @@ impl Links {
     ) -> Result<()> {
         self.kind(Which::of_network(&call.conf.contrail))
             .keep(agent, call, vmi, record)
-    }
-
-    /// See [`Kind::register`].
-    pub(crate) fn register(&self, seal: &Seal, agent: &Agent, r: &Record) -> Result<()> {
-        self.kind(Which::of_record(r)).register(seal, agent, r)
     }
 
     /// See [`Kind::create`].

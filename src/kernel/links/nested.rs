@@ -13,13 +13,12 @@
 )]
 
 use super::{HostLink, Intent, Kind, Site, pod_end, seen, take_leftover};
-use crate::agent::Agent;
+use crate::agent::{Agent, Registration};
 use crate::error::{Conflict, Error, Malformed, Result};
 use crate::ids::VmiUuid;
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Socket, VethEnd, VlanLink};
 use crate::state::Record;
-use crate::state::ledger::seal::Seal;
 use crate::vmi::{Mac, Vmi};
 
 pub(super) struct Nested {
@@ -101,10 +100,10 @@ impl Kind for Nested {
         }
     }
 
-    /// Nothing: the hypervisor's vRouter has the port already, named after the VMI; this node
-    /// has no agent to register with.
-    fn register(&self, _: &Seal, _: &Agent, _: &Record) -> Result<()> {
-        Ok(())
+    /// The hypervisor's vRouter has the port already, named after the VMI; this node has no
+    /// agent to register with.
+    fn registration(&self) -> Registration {
+        Registration::Elsewhere
     }
 
     /// The VLAN sub-interface with the VMI's tag, then the macvlan on it.

@@ -14,7 +14,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::{Debris, HostLink, Intent, Kind, Observation, Site, Unremoved};
-use crate::agent::Agent;
+use crate::agent::{Agent, Registration};
 use crate::cni::{BadEnv, EnvProblem, Outcome};
 use crate::config::{Mode, VifType, VrouterMode};
 use crate::error::{Conflict, Error, Result};
@@ -23,7 +23,6 @@ use crate::kernel::interface::{Mismatch, Spec};
 use crate::kernel::names;
 use crate::kernel::netlink::Socket;
 use crate::kernel::vhost;
-use crate::state::ledger::seal::Seal;
 use crate::state::{Record, Route};
 use crate::vmi::{IpConfig, Mac, Vmi};
 
@@ -151,10 +150,10 @@ impl Kind for VhostUser {
         Ok(())
     }
 
-    /// `POST /port` with [`Record::port_body`], which the agent can drop alone (`DELETE
-    /// /port/<vmi>`) and which a `/vm` resync neither drops nor registers again.
-    fn register(&self, seal: &Seal, agent: &Agent, r: &Record) -> Result<()> {
-        agent.register_port(seal, &r.port_body())
+    /// `POST /port` with [`Record::port_body`]: a PMD port, whose transport the agent fixes by
+    /// its own mode.
+    fn registration(&self) -> Registration {
+        Registration::ByPort
     }
 
     /// Nothing in the pod: the pod's directory and the link vrouter-dpdk connects to, paths
