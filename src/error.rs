@@ -443,7 +443,7 @@ mod tests {
         );
         let name_taken = || {
             Error::Interface(Conflict::NameTaken {
-                name: "net1".into(),
+                name: IfName::parse("net1").unwrap(),
                 netns: "/run/netns/x".into(),
             })
         };

@@ -170,16 +170,16 @@ impl Add<'_> {
         for old in prior.iter().flatten() {
             if self.links.in_the_way(&mut self.ctr, old)? {
                 return Err(Error::Interface(Conflict::NameTaken {
-                    name: old.ifname.to_string(),
+                    name: old.ifname.clone(),
                     netns: self.env.netns.clone(),
                 }));
             }
         }
-        let new_names: Vec<&str> = wanted
+        let new_names: Vec<&IfName> = wanted
             .iter()
             .zip(&prior)
             .filter(|(_, old)| old.is_none())
-            .map(|(w, _)| w.ifname.as_str())
+            .map(|(w, _)| &w.ifname)
             .collect();
         links::check_free(&mut self.ctr, &self.netns, &new_names)?;
         let mut claimed = Claimed {

@@ -9,9 +9,9 @@ use crate::ids::{IfName, VmName, VmiUuid};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conflict {
     /// The name is taken in the pod: another attachment owns it.
-    NameTaken { name: String, netns: String },
+    NameTaken { name: IfName, netns: String },
     /// Gone right after it was made (something else deletes links).
-    Vanished { name: String },
+    Vanished { name: IfName },
     /// A host link of this name is another pod's attachment.
     HeldByPod { name: String, pod: VmName },
     /// A host link in the way (by its name, or a VLAN link by its tag on the parent) is not one

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
@@ -169,14 +170,19 @@ pub enum Mismatch {
         ifname: IfName,
         host_ifname: IfName,
     },
-    /// An interface (or, for vhost-user, the link to the pod's socket: a path) is gone.
+    /// An interface is gone from `place` (the pod's netns path, or the host).
     Missing {
-        ifname: String,
+        ifname: IfName,
         place: String,
     },
+    /// vhost-user: the link vrouter-dpdk connects through, to the pod's socket, is gone.
+    SocketLinkMissing {
+        link: PathBuf,
+    },
+    /// The interface's MAC (`has`: none, when the link reports no MAC) is not the VMI's.
     Mac {
         ifname: IfName,
-        has: String,
+        has: Option<Mac>,
         wants: Mac,
     },
     Mtu {
@@ -251,6 +257,11 @@ impl fmt::Display for Mismatch {
             Mismatch::Missing { ifname, place } => {
                 write!(f, "interface {ifname} is missing from {place}")
             }
+            Mismatch::SocketLinkMissing { link } => write!(
+                f,
+                "the link to the pod's socket, {}, is missing from the vRouter's socket directory",
+                link.display()
+            ),
             Mismatch::NotAttached {
                 ifname,
                 host_ifname,
@@ -259,12 +270,13 @@ impl fmt::Display for Mismatch {
                 "interface {ifname} in the pod is not the one attached to host interface \
                  {host_ifname}: the attachment's interface was renamed away or replaced"
             ),
-            Mismatch::Mac { ifname, has, wants } => {
-                write!(
+            Mismatch::Mac { ifname, has, wants } => match has {
+                Some(has) => write!(
                     f,
                     "interface {ifname} has MAC {has}, the agent says {wants}"
-                )
-            }
+                ),
+                None => write!(f, "interface {ifname} has no MAC, the agent says {wants}"),
+            },
             Mismatch::Mtu { ifname, has, wants } => {
                 write!(
                     f,
@@ -386,11 +398,11 @@ impl Spec {
     pub fn verify(&self, seen: &Seen) -> std::result::Result<(), Mismatch> {
         let ifname = || self.ifname.clone();
         let link = seen.link.as_ref().ok_or_else(|| Mismatch::Missing {
-            ifname: self.ifname.to_string(),
+            ifname: self.ifname.clone(),
             place: self.netns.clone(),
         })?;
         let host = seen.host.as_ref().ok_or_else(|| Mismatch::Missing {
-            ifname: self.host_ifname.to_string(),
+            ifname: self.host_ifname.clone(),
             place: "the host".into(),
         })?;
         if !leads_to(link, host) {
@@ -402,7 +414,7 @@ impl Spec {
         if link.mac != Some(self.mac) {
             return Err(Mismatch::Mac {
                 ifname: ifname(),
-                has: link.mac.map(|m| m.to_string()).unwrap_or_default(),
+                has: link.mac,
                 wants: self.mac,
             });
         }

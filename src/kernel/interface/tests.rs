@@ -151,6 +151,10 @@ fn verify_finds_each_difference() {
             "MAC 02:00:00:00:00:02",
         ),
         (
+            Box::new(|k| k.link.as_mut().unwrap().mac = None),
+            "net1 has no MAC, the agent says",
+        ),
+        (
             Box::new(|k| k.link.as_mut().unwrap().mtu = 1500),
             "MTU 1500",
         ),

@@ -631,11 +631,11 @@ fn is_link_local(n: &IpNetwork) -> bool {
 
 /// Fails with code 102, before anything is created, when one of `ifnames` exists in the pod:
 /// another attachment owns that name.
-pub(crate) fn check_free(ctr: &mut Socket, netns: &Netns, ifnames: &[&str]) -> Result<()> {
-    for name in ifnames {
-        if ctr.link(name)?.is_some() {
+pub(crate) fn check_free(ctr: &mut Socket, netns: &Netns, ifnames: &[&IfName]) -> Result<()> {
+    for &name in ifnames {
+        if ctr.link(name.as_str())?.is_some() {
             return Err(Error::Interface(Conflict::NameTaken {
-                name: name.to_string(),
+                name: name.clone(),
                 netns: netns.path().display().to_string(),
             }));
         }
@@ -648,7 +648,7 @@ pub(crate) fn check_free(ctr: &mut Socket, netns: &Netns, ifnames: &[&str]) -> R
 pub(crate) fn configure(ctr: &mut Socket, spec: &Spec) -> Result<Vec<(IpNetwork, IpAddr)>> {
     let vanished = || {
         Error::Interface(Conflict::Vanished {
-            name: spec.ifname.to_string(),
+            name: spec.ifname.clone(),
         })
     };
     let link = ctr.link(spec.ifname.as_str())?.ok_or_else(vanished)?;

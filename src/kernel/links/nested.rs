@@ -15,7 +15,7 @@
 use super::{HostLink, Intent, Kind, Site, pod_end, seen, take_leftover};
 use crate::agent::{Agent, Registration};
 use crate::error::{Conflict, Error, Malformed, Result};
-use crate::ids::VmiUuid;
+use crate::ids::{IfName, VmiUuid};
 use crate::kernel::names;
 use crate::kernel::netlink::{Link, Socket, VethEnd, VlanLink};
 use crate::state::Record;
@@ -54,17 +54,17 @@ impl Nested {
     /// The macvlan on the record's VLAN link, made in the pod under a name of its own (see
     /// [`names::macvlan_tmp_ifname`]), then renamed there.
     fn create_macvlan(site: &mut Site, record: &Record, end: &VethEnd) -> Result<()> {
-        let vanished = |name: &str| {
-            Error::Interface(Conflict::Vanished {
-                name: name.to_string(),
-            })
-        };
+        let vanished = |name: &IfName| Error::Interface(Conflict::Vanished { name: name.clone() });
         let vlan = site.host.link(record.host_ifname.as_str())?;
-        let vlan = vlan.ok_or_else(|| vanished(record.host_ifname.as_str()))?;
-        let tmp = names::macvlan_tmp_ifname(record.vmi_uuid.as_str());
-        let made = VethEnd { name: &tmp, ..*end };
+        let vlan = vlan.ok_or_else(|| vanished(&record.host_ifname))?;
+        let tmp = IfName::parse(names::macvlan_tmp_ifname(record.vmi_uuid.as_str()))
+            .map_err(|_| Error::Internal)?;
+        let made = VethEnd {
+            name: tmp.as_str(),
+            ..*end
+        };
         site.host.create_macvlan(&made, vlan.index, site.netns)?;
-        let link = site.ctr.link(&tmp)?.ok_or_else(|| vanished(&tmp))?;
+        let link = site.ctr.link(tmp.as_str())?.ok_or_else(|| vanished(&tmp))?;
         site.ctr.rename(link.index, end.name)?;
         Ok(())
     }

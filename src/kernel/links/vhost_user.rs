@@ -220,11 +220,7 @@ impl Kind for VhostUser {
     ) -> Result<()> {
         let paths = self.paths(r, false)?;
         if !vhost::intact(&paths) {
-            return Err(Mismatch::Missing {
-                ifname: paths.link.display().to_string(),
-                place: "the vRouter's socket directory (the link to the pod's socket)".into(),
-            }
-            .into());
+            return Err(Mismatch::SocketLinkMissing { link: paths.link }.into());
         }
         Ok(())
     }
