@@ -347,52 +347,53 @@ impl Add<'_> {
         } else {
             Registered::No
         };
-        let failed =
-            match ledger::open(&self.agent, self.links.kinds(), &self.state, &self.vm_name) {
-                Err(e) => {
-                    // The pod's state cannot be locked or read: its interfaces go all the same.
-                    let mut failed = vec![e];
-                    let made: Vec<Record> = made.links.iter().map(|l| Record::clone(l)).collect();
-                    failed.extend(ledger::unlink(&mut self.links, &made));
-                    failed
-                }
-                Ok((mut pod, files)) => {
-                    let ours =
-                        |r: &Record| {
-                            !files.records.iter().chain(&files.reserved).any(|h| {
-                                h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname)
-                            })
-                        };
-                    let links: Vec<Record> = made
-                        .links
+        let opened = ledger::open(&self.agent, self.links.kinds(), &self.state, &self.vm_name);
+        let failed = match opened {
+            Err(e) => {
+                // The pod's state cannot be locked or read: its interfaces go all the same.
+                let mut failed = vec![e];
+                let made: Vec<Record> = made.links.iter().map(|l| Record::clone(l)).collect();
+                failed.extend(ledger::unlink(&mut self.links, &made));
+                failed
+            }
+            Ok((mut pod, files)) => {
+                let ours = |r: &Record| {
+                    !files
+                        .records
                         .iter()
-                        .filter(|r| ours(r))
-                        .map(|l| Record::clone(l))
-                        .collect();
-                    // An attachment that was there before this call, registered, gets its record
-                    // back as it was (before the agent is brought in line); a new claim is
-                    // released.
-                    let (mut restore, mut claims) = (Vec::new(), Vec::new());
-                    for (r, old) in claimed.records.iter().zip(&claimed.prior) {
-                        match old {
-                            _ if !ours(r) => {}
-                            Some(old) => restore.push(old.clone()),
-                            None => claims.push(Record::clone(r)),
-                        }
+                        .chain(&files.reserved)
+                        .any(|h| h.vmi_uuid == r.vmi_uuid && !h.is(&r.container_id, &r.ifname))
+                };
+                let links: Vec<Record> = made
+                    .links
+                    .iter()
+                    .filter(|r| ours(r))
+                    .map(|l| Record::clone(l))
+                    .collect();
+                // An attachment that was there before this call, registered, gets its record
+                // back as it was (before the agent is brought in line); a new claim is
+                // released.
+                let (mut restore, mut claims) = (Vec::new(), Vec::new());
+                for (r, old) in claimed.records.iter().zip(&claimed.prior) {
+                    match old {
+                        _ if !ours(r) => {}
+                        Some(old) => restore.push(old.clone()),
+                        None => claims.push(Record::clone(r)),
                     }
-                    let mut failed = ledger::undo(
-                        &self.agent,
-                        &mut self.links,
-                        &mut pod,
-                        &restore,
-                        &links,
-                        &claims,
-                        registered,
-                    );
-                    failed.extend(ledger::close(pod).err());
-                    failed
                 }
-            };
+                let mut failed = ledger::undo(
+                    &self.agent,
+                    &mut self.links,
+                    &mut pod,
+                    &restore,
+                    &links,
+                    &claims,
+                    registered,
+                );
+                failed.extend(ledger::close(pod).err());
+                failed
+            }
+        };
         for e in &failed {
             log::warn!("rollback: {e}");
         }
