@@ -534,20 +534,25 @@ fn a_call_never_waits_for_a_turn_beyond_its_deadline() {
     let mut refused = 0;
     for add in adds {
         let (ok, printed, took) = add.finish();
-        // 60 calls of 3 requests at 10 a second need 18 s: most get no turn in time, and say
-        // so when they know (as they measured it), not after waiting it out. The wall time
-        // has slack for a busy machine's process starts and rollbacks.
+        // 60 calls of 3 requests at 10 a second need 18 s: most get no turn in time. The wall
+        // time has slack for a busy machine's process starts and rollbacks.
         assert!(took < deadline + SLACK, "{took:?}: {printed}");
         if !ok {
             assert_eq!(printed["code"], 11, "{printed}");
             let msg = printed["msg"].as_str().unwrap();
             assert!(msg.contains("request budget"), "{msg}");
-            let waited: f64 = msg
-                .strip_prefix("gave up after ")
-                .and_then(|m| m.split_once('s'))
-                .and_then(|(w, _)| w.parse().ok())
-                .unwrap_or_else(|| panic!("{msg}"));
-            assert!(waited <= deadline.as_secs_f64() + 0.1, "{msg}");
+            let seconds = |before: &str, after: &str| -> f64 {
+                msg.split_once(before)
+                    .and_then(|(_, m)| m.split_once(after))
+                    .and_then(|(s, _)| s.parse().ok())
+                    .unwrap_or_else(|| panic!("{msg}"))
+            };
+            // Refused only when its next turn lies beyond its deadline, as the call measured
+            // both: what it had waited, and how far that turn was. Not how long it waited:
+            // a process a busy machine does not run wakes late, and says so. (Each is
+            // rounded to 0.1 s in the message.)
+            let (waited, ahead) = (seconds("gave up after ", "s"), seconds("turn is ", "s"));
+            assert!(waited + ahead > deadline.as_secs_f64() - 0.1, "{msg}");
             refused += 1;
         }
     }
