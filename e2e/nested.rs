@@ -515,6 +515,7 @@ fn killed_at_each_step_then_del_leaves_nothing() {
     };
     for step in [
         "waiting",
+        "locked",
         "renaming",
         "claimed",
         "veth",

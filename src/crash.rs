@@ -7,6 +7,8 @@
 /// A step of ADD, or of a release (DEL, GC, the sweep), where a test may kill the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
+    /// A call holds the pod's lock, and has read or written nothing of the pod yet.
+    Locked,
     /// A state file written under its temporary name, not yet renamed into place.
     Renaming,
     /// ADD: the attachment's claim recorded.
@@ -33,7 +35,8 @@ pub(crate) enum Step {
 
 impl Step {
     #[cfg(feature = "crash-points")]
-    const ALL: [Step; 11] = [
+    const ALL: [Step; 12] = [
+        Step::Locked,
         Step::Renaming,
         Step::Claimed,
         Step::Veth,
@@ -51,6 +54,7 @@ impl Step {
     #[cfg(feature = "crash-points")]
     fn name(self) -> &'static str {
         match self {
+            Step::Locked => "locked",
             Step::Renaming => "renaming",
             Step::Claimed => "claimed",
             Step::Veth => "veth",

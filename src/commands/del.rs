@@ -83,6 +83,10 @@ fn opened(
         .has_pod(vm_name)
         .map_err(Error::io("reading", state.path()))?
     {
+        // Nothing to delete; a lock file a killed call left goes (best effort: the DEL succeeds).
+        if let Err(e) = state.drop_stale_pod_lock(vm_name) {
+            log::warn!("pod {vm_name}: removing its stale lock: {e}");
+        }
         return Ok(None);
     }
     ledger::open(agent, kinds, state, vm_name).map(Some)

@@ -121,6 +121,7 @@ pub(crate) fn open(
             &state.path().join(vm_name),
             agent.started(),
         ))?;
+    crash::point(Step::Locked);
     let files = settle(agent, kinds, &pod).map_err(Error::io("reading", pod.path()))?;
     Ok((pod, files))
 }

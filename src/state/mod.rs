@@ -280,23 +280,47 @@ impl StateDir {
         };
         let mut stale = Vec::new();
         for name in lock_files(&locks)? {
-            let pod = VmName::parse(name.split('@').next().unwrap_or_default()).ok();
-            let is_add = name.contains('@');
-            let held = match &pod {
-                Some(pod) => self.has_pod(pod)?,
-                None => false,
-            };
-            if !is_add && held {
-                continue;
-            }
-            if let Some(lock) = Lock::try_take(&locks, &name, Discard::Keep)? {
-                if remove {
-                    lock.remove()?;
-                }
+            if self.stale_lock(&locks, &name, remove)? {
                 stale.push(name);
             }
         }
         Ok(stale)
+    }
+
+    /// The pod's lock file, when the pod has no directory and no call holds the lock: a call
+    /// killed between taking the lock and writing the pod's first file (or while closing its
+    /// directory) left it. Removed, for the DEL that finds nothing recorded; nothing is
+    /// created when there is none (a DEL on a full disk still succeeds).
+    pub fn drop_stale_pod_lock(&self, vm_name: &VmName) -> io::Result<()> {
+        let Some(locks) = self.locks_dir()? else {
+            return Ok(());
+        };
+        let name = vm_name.as_str();
+        if stat_at(&locks, name)?.is_some() && self.stale_lock(&locks, name, true)? {
+            log::info!("removed lock {LOCKS}/{name}, left by a call that was killed");
+        }
+        Ok(())
+    }
+
+    /// Whether lock `name` is stale (nobody holds it, and it is an attachment's, or a pod's
+    /// without a directory); removed when `remove`.
+    fn stale_lock(&self, locks: &OwnedFd, name: &str, remove: bool) -> io::Result<bool> {
+        let pod = VmName::parse(name.split('@').next().unwrap_or_default()).ok();
+        let is_add = name.contains('@');
+        let held = match &pod {
+            Some(pod) => self.has_pod(pod)?,
+            None => false,
+        };
+        if !is_add && held {
+            return Ok(false);
+        }
+        let Some(lock) = Lock::try_take(locks, name, Discard::Keep)? else {
+            return Ok(false);
+        };
+        if remove {
+            lock.remove()?;
+        }
+        Ok(true)
     }
 
     /// The locks' directory, created when missing (a config-dir an older version made).

@@ -4,11 +4,13 @@
 use crate::bins::uuid;
 
 /// The crash points of ADD, in order (`crash::Step` in src/crash.rs; a crash-points build
-/// refuses a name that is no step, so a name here that went stale fails its test): the claim's file
-/// written but not yet renamed into place, the claim, the veth, the registration, the wait for
-/// the IP configuration (after a first 404), the IP configuration received, the addresses and
-/// routes.
-pub const ADD_STEPS: [&str; 7] = [
+/// refuses a name that is no step, so a name here that went stale fails its test): the pod's
+/// lock taken, nothing of the pod read or written yet (the first step of every call that opens
+/// the pod: a DEL's, a CHECK's too), the claim's file written but not yet renamed into place,
+/// the claim, the veth, the registration, the wait for the IP configuration (after a first
+/// 404), the IP configuration received, the addresses and routes.
+pub const ADD_STEPS: [&str; 8] = [
+    "locked",
     "renaming",
     "claimed",
     "veth",
