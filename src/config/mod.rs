@@ -289,12 +289,31 @@ struct Stdin {
     runtime_config: Option<Map<String, Value>>,
     args: Option<Map<String, Value>>,
     /// GC's list under its CNI 1.1 name...
-    #[serde(rename = "cni.dev/valid-attachments")]
+    #[serde(
+        rename = "cni.dev/valid-attachments",
+        default,
+        deserialize_with = "null_is_none_in_use"
+    )]
     valid_attachments: Option<Vec<ValidAttachment>>,
     /// ...and under the older one libcni sends too.
-    #[serde(rename = "cni.dev/attachments")]
+    #[serde(
+        rename = "cni.dev/attachments",
+        default,
+        deserialize_with = "null_is_none_in_use"
+    )]
     attachments: Option<Vec<ValidAttachment>>,
     contrail: Option<Map<String, Value>>,
+}
+
+/// A GC list that is there: libcni 1.3 encodes "no attachment in use" as `null` (CRI-O sends
+/// it to every config no pod uses directly), which is the empty list, not a missing one.
+fn null_is_none_in_use<'de, D>(d: D) -> std::result::Result<Option<Vec<ValidAttachment>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Ok(Some(
+        Option::<Vec<ValidAttachment>>::deserialize(d)?.unwrap_or_default(),
+    ))
 }
 
 /// The log line about a source's keys this plugin does not know, if there are any: one line,

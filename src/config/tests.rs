@@ -426,6 +426,11 @@ fn gc_lists_under_either_name() {
             .valid_attachments,
         None
     );
+    // libcni 1.3 (CRI-O 1.36) says "none in use" with null: an empty list, under either name.
+    for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+        let c = parse_json(json!({"cniVersion": "1.1.0", key: null})).unwrap();
+        assert_eq!(c.valid_attachments, Some(vec![]), "{key}");
+    }
     for bad in [
         json!("x"),
         json!([{"containerID": 1, "ifname": "eth0"}]),

@@ -275,11 +275,14 @@ proptest! {
         let c = parse_conf(stdin.to_string().as_bytes(), &node);
         check_netconf(&c)?;
         if let Ok(c) = c {
-            // A null list counts as absent (GC then refuses, code 7), like every null.
-            let gc = ["cni.dev/valid-attachments", "cni.dev/attachments"]
-                .iter()
-                .any(|k| stdin.get(k).is_some_and(|v| !v.is_null()));
+            // A list there is a list, `null` (libcni 1.3's "none in use") an empty one; only
+            // a GC without either key has none (and is refused, code 7).
+            let keys = ["cni.dev/valid-attachments", "cni.dev/attachments"];
+            let gc = keys.iter().any(|k| stdin.get(k).is_some());
             prop_assert_eq!(c.valid_attachments.is_some(), gc);
+            if keys.iter().all(|k| stdin.get(k).is_none_or(Value::is_null)) && gc {
+                prop_assert_eq!(c.valid_attachments, Some(vec![]));
+            }
         }
     }
 }
