@@ -260,6 +260,90 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result_nor_args() {
 }
 
 #[test]
+fn a_del_releases_only_an_attachment_of_the_network_it_names() {
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+    ];
+    let fx = Fixture::new(vmis.clone());
+    let eth0 = fx.add("eth0", "contrail-k8s-cni");
+    let net1 = fx.add("net1", "net-a");
+    let net2 = fx.add("net2", "net-a");
+    // A DEL of net-a on eth0 (CNI-Genie's teardown on a node not set for it): eth0 holds the
+    // cluster network's attachment, which is not net-a's. Nothing goes; the log says why.
+    fx.del("eth0", "net-a").assert_ok();
+    fx.del("net2", "contrail-k8s-cni").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net1", "net2"]);
+    assert_eq!(fx.node.state_files(&fx.pod).len(), 3);
+    assert_eq!(fx.sim.ports().len(), 3);
+    let log = std::fs::read_to_string(fx.node.config_dir.0.join("cni.log")).unwrap();
+    assert!(
+        log.contains("DEL of network net-a on eth0: eth0 holds network default's attachment"),
+        "{log}"
+    );
+    // Multus's DEL of net1, then the same DEL again (a runtime's second teardown): the second
+    // finds nothing of net-a on net1 and leaves net2, of the same network, alone.
+    fx.del("net1", "net-a").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net2"]);
+    assert!(!host_link_exists(&host_name(&net1)));
+    assert!(host_link_exists(&host_name(&net2)));
+    assert_eq!(
+        fx.node.state_files(&fx.pod),
+        sorted([vmis[0].uuid.clone(), vmis[2].uuid.clone()])
+    );
+    fx.assert_registrations_follow_files();
+    for (ifname, net) in [("net2", "net-a"), ("eth0", "contrail-k8s-cni")] {
+        fx.del(ifname, net).assert_ok();
+    }
+    assert!(!host_link_exists(&host_name(&eth0)));
+    fx.assert_nothing_left();
+}
+
+#[test]
+fn on_a_genie_node_each_del_releases_every_attachment_of_its_network() {
+    let vmis = vec![
+        VmiSpec::new("default", 1),
+        VmiSpec::new("net-a", 2),
+        VmiSpec::new("net-a", 3),
+        VmiSpec::new("net-b", 4),
+    ];
+    let mut fx = Fixture::new(vmis.clone());
+    fx.set("meta-plugin", json!("genie"));
+    // CNI-Genie names the interfaces eth0, eth1, ... and DELs every delegate with the
+    // runtime's CNI_IFNAME (eth0), in reverse order.
+    let added: Vec<Value> = [
+        ("eth0", "contrail-k8s-cni"),
+        ("eth1", "net-a"),
+        ("eth2", "net-a"),
+        ("eth3", "net-b"),
+    ]
+    .iter()
+    .map(|(ifname, net)| fx.add(ifname, net))
+    .collect();
+    fx.del("eth0", "net-b").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["eth0", "eth1", "eth2", "lo"]);
+    fx.assert_registrations_follow_files();
+    // The first DEL of net-a releases both of its attachments, the second finds nothing.
+    fx.del("eth0", "net-a").assert_ok();
+    assert_eq!(fx.ns.ifnames(), ["eth0", "lo"]);
+    assert_eq!(fx.node.state_files(&fx.pod), [vmis[0].uuid.clone()]);
+    fx.assert_registrations_follow_files();
+    fx.del("eth0", "net-a").assert_ok();
+    fx.del("eth0", "contrail-k8s-cni").assert_ok();
+    for r in &added {
+        assert!(!host_link_exists(&host_name(r)));
+    }
+    fx.assert_nothing_left();
+}
+
+fn sorted<const N: usize>(mut v: [String; N]) -> Vec<String> {
+    v.sort();
+    v.to_vec()
+}
+
+#[test]
 fn late_del_from_an_older_sandbox_leaves_the_new_one_alone() {
     // The fixture's sandbox is the old one.
     let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);

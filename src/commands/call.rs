@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::cni::pod::Pod;
 use crate::cni::{BadEnv, Env, EnvProblem};
-use crate::config::{Mode, NetConf};
+use crate::config::{MetaPlugin, Mode, NetConf};
 use crate::error::{Error, Result};
 use crate::ids::{ContainerId, IfName, VmName, VmiUuid};
 use crate::kernel::netlink::Netns;
@@ -50,12 +50,35 @@ impl<T> From<Result<T>> for Acted<T> {
     }
 }
 
-/// Which attachments of a sandbox one call is about, by mode: the one on `ifname`, or all.
-pub(crate) fn scope(mode: Mode, ifname: &IfName) -> Option<&IfName> {
+/// The attachment lock's interface for an attachment on `ifname`, by mode: its own, or none
+/// (thick mode locks the whole sandbox).
+pub(crate) fn lock_scope(mode: Mode, ifname: &IfName) -> Option<&IfName> {
     match mode {
         Mode::Plugin => Some(ifname),
         #[cfg(feature = "thick")]
         Mode::Thick => None,
+    }
+}
+
+/// Which of a sandbox's attachments a DEL or CHECK is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope<'a> {
+    /// The one on `CNI_IFNAME`, of the network on stdin (plugin mode).
+    Interface(&'a IfName),
+    /// Every one of the network on stdin (plugin mode under CNI-Genie, whose DEL carries the
+    /// runtime's `CNI_IFNAME`, not the one its ADD gave the attachment).
+    Network,
+    /// Every one (thick mode).
+    Sandbox,
+}
+
+impl<'a> Scope<'a> {
+    /// The interface it names, if it names one.
+    pub(crate) fn interface(self) -> Option<&'a IfName> {
+        match self {
+            Scope::Interface(i) => Some(i),
+            Scope::Network | Scope::Sandbox => None,
+        }
     }
 }
 
@@ -79,15 +102,38 @@ impl Ours {
 }
 
 impl Call<'_> {
-    /// Which of the sandbox's attachments a DEL or CHECK is about: the one on CNI_IFNAME in
-    /// plugin mode, every one in thick mode.
-    pub(crate) fn ifname(&self) -> Option<&IfName> {
-        scope(self.conf.contrail.mode, self.interface)
+    /// Which of the sandbox's attachments a DEL or CHECK is about: in thick mode every one; in
+    /// plugin mode the one on CNI_IFNAME, or, on a CNI-Genie node, every one of the network.
+    pub(crate) fn scope(&self) -> Scope<'_> {
+        let contrail = &self.conf.contrail;
+        match (
+            lock_scope(contrail.mode, self.interface),
+            contrail.meta_plugin,
+        ) {
+            (None, _) => Scope::Sandbox,
+            (Some(ifname), MetaPlugin::Multus) => Scope::Interface(ifname),
+            (Some(_), MetaPlugin::Genie) => Scope::Network,
+        }
+    }
+
+    /// The interface of the attachment lock an ADD, or a DEL of this interface, takes.
+    pub(crate) fn lock_ifname(&self) -> Option<&IfName> {
+        lock_scope(self.conf.contrail.mode, self.interface)
     }
 
     /// The lock of this call's attachment (see [`StateDir::lock_attachment`]).
     pub(crate) fn lock(&self, state: &StateDir, vm_name: &VmName) -> Result<Lock> {
-        let ifname = self.ifname().map_or("", IfName::as_str);
+        self.lock_on(state, vm_name, self.lock_ifname())
+    }
+
+    /// The lock of the sandbox's attachment on `ifname` (`None`: the whole sandbox's).
+    pub(crate) fn lock_on(
+        &self,
+        state: &StateDir,
+        vm_name: &VmName,
+        ifname: Option<&IfName>,
+    ) -> Result<Lock> {
+        let ifname = ifname.map_or("", IfName::as_str);
         let deadline = self.started + self.conf.contrail.poll_budget();
         state
             .lock_attachment(vm_name, self.container_id, ifname, deadline)
@@ -98,8 +144,18 @@ impl Call<'_> {
             ))
     }
 
-    fn covers(&self, r: &Record) -> bool {
-        r.container_id == *self.container_id && self.ifname().is_none_or(|i| r.ifname == *i)
+    /// Whether record `r` is one this call is about: its sandbox's, in the call's scope, and of
+    /// the network on stdin. A record without a network (the OpenSDN Go plugin's) or a DEL whose
+    /// config could not be read does not tell networks apart.
+    pub(crate) fn covers(&self, r: &Record) -> bool {
+        let of_network =
+            || r.network.is_empty() || self.conf.read_network().is_none_or(|n| r.network == n);
+        r.container_id == *self.container_id
+            && match self.scope() {
+                Scope::Interface(ifname) => r.ifname == *ifname && of_network(),
+                Scope::Network => of_network(),
+                Scope::Sandbox => true,
+            }
     }
 
     /// The state directory and the pod of this call's attachments: the pod from CNI_ARGS,
@@ -120,7 +176,7 @@ impl Call<'_> {
                 }
             },
             None => match state
-                .find_pod(self.container_id, self.ifname())
+                .find_pod(self.container_id, self.scope().interface())
                 .map_err(Error::io("searching", dir))?
             {
                 Some(name) => name,

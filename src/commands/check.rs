@@ -24,7 +24,7 @@ pub fn check(call: &Call) -> Acted<()> {
 fn recorded(call: &Call) -> Result<(Agent, Kinds, Ours)> {
     let not_recorded = || Mismatch::NotRecorded {
         container_id: call.container_id.clone(),
-        ifname: call.ifname().cloned(),
+        ifname: call.scope().interface().cloned(),
     };
     let Some((state, vm_name)) = call.locate()? else {
         return Err(not_recorded().into());

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::agent::Agent;
-use crate::commands::call::scope;
+use crate::commands::call::lock_scope;
 use crate::config::{Contrail, NetConf};
 use crate::error::{During, Error, Result};
 use crate::ids::{IfName, VmName};
@@ -151,7 +151,7 @@ fn release_in(
         // A call on the attachment is running: it is not stale, or that call ends it.
         let key = (
             r.container_id.clone(),
-            scope(conf.mode, &r.ifname)
+            lock_scope(conf.mode, &r.ifname)
                 .map_or("", IfName::as_str)
                 .to_string(),
         );

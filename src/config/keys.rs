@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
-use super::{Contrail, InterfaceType, MAX_AGENT_RATE, MIN_AGENT_RATE, Mode, VifType, VrouterMode};
+use super::{
+    Contrail, InterfaceType, MAX_AGENT_RATE, MIN_AGENT_RATE, MetaPlugin, Mode, VifType, VrouterMode,
+};
 use crate::cni::{check_ifname, valid_name};
 use crate::error::{Error, Result};
 
@@ -57,8 +59,6 @@ pub enum Kind {
     Level,
     /// One of these words (as this build accepts them).
     Choice(&'static [&'static str]),
-    /// Any string, accepted and ignored (a legacy key).
-    Ignored,
 }
 
 impl Kind {
@@ -108,7 +108,7 @@ impl Kind {
                 })?)
             }
             // The key's own reading checks the word, with its own message.
-            Kind::Choice(_) | Kind::Ignored => Parsed::Text(text(raw)),
+            Kind::Choice(_) => Parsed::Text(text(raw)),
         })
     }
 }
@@ -125,7 +125,6 @@ impl fmt::Display for Kind {
             Kind::Interface => f.write_str("an interface name"),
             Kind::Level => f.write_str("0..6 or error/warn/info/debug/trace/off"),
             Kind::Choice(words) => write!(f, "one of {}", words.join(", ")),
-            Kind::Ignored => f.write_str("any string, ignored"),
         }
     }
 }
@@ -235,6 +234,11 @@ keys! {
     "mode", Node, Kind::Choice(MODES), "plugin",
         "plugin (the legacy value k8s means the same) or thick (needs the thick build feature)",
         field!(mode, |v, k| parse_mode(&v.text()).map_err(|why| k.err(why))?);
+    "meta-plugin", Node, Kind::Choice(&["multus", "genie"]), "multus",
+        "who calls the plugin once per attachment: multus (a DEL names its attachment by \
+         CNI_IFNAME) or genie (CNI-Genie DELs with the runtime's CNI_IFNAME: a DEL releases \
+         every attachment of its network in the sandbox)",
+        field!(meta_plugin, |v, k| parse_meta_plugin(&v.text()).map_err(|why| k.err(why))?);
     "metrics-file", Node, Kind::Path { optional: true }, "",
         "a Prometheus text file every call adds itself to, for node-exporter's textfile \
          collector; not inside config-dir",
@@ -274,13 +278,6 @@ keys! {
         "MTU of the pod's interface and its host side (1280 or more when the VMI has IPv6; in \
          nested mode at most the parent's)",
         field!(mtu, |v, _| v.whole());
-    // A legacy key with no effect here: meta-plugin detection is not needed.
-    "meta-plugin", Network, Kind::Ignored, "",
-        "legacy key, accepted and ignored",
-        (
-            |_: &mut Contrail, _: Parsed, _: &Key| -> Result<()> { Ok(()) },
-            |_: &Contrail, _: &Contrail| true,
-        );
 }
 
 /// The key named `name`, if the section has one.
@@ -528,6 +525,14 @@ fn parse_mode(s: &str) -> std::result::Result<Mode, String> {
                 .to_string(),
         ),
         other => Err(format!("{other:?} must be \"plugin\" or \"thick\"")),
+    }
+}
+
+fn parse_meta_plugin(v: &str) -> std::result::Result<MetaPlugin, String> {
+    match v {
+        "multus" => Ok(MetaPlugin::Multus),
+        "genie" => Ok(MetaPlugin::Genie),
+        _ => Err(format!("{v:?} must be \"multus\" or \"genie\"")),
     }
 }
 

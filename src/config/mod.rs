@@ -55,6 +55,19 @@ pub enum Mode {
     Thick,
 }
 
+/// The meta-plugin that calls this node's plugin once per attachment (`meta-plugin`): it decides
+/// what a DEL's `CNI_IFNAME` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaPlugin {
+    /// Multus (and every caller that DELs an attachment with the `CNI_IFNAME` its ADD had):
+    /// a DEL is about the attachment on its `CNI_IFNAME`.
+    Multus,
+    /// CNI-Genie, which DELs every delegate with the runtime's `CNI_IFNAME` (eth0) and
+    /// `CNI_ARGS`, whatever it gave the delegate's ADD: a DEL is about every attachment of its
+    /// network in the sandbox.
+    Genie,
+}
+
 /// The effective `contrail` section, with the legacy Go plugin's keys and defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Contrail {
@@ -73,6 +86,7 @@ pub struct Contrail {
     pub log_file: Option<PathBuf>,
     pub log_level: LevelFilter,
     pub mode: Mode,
+    pub meta_plugin: MetaPlugin,
     /// A Prometheus text file every call adds itself to (node-exporter's textfile collector).
     pub metrics_file: Option<PathBuf>,
     pub vif_type: VifType,
@@ -117,6 +131,7 @@ impl Default for Contrail {
             log_file: Some(PathBuf::from("/var/log/contrail/cni/opencontrail.log")),
             log_level: LevelFilter::Info,
             mode: Mode::Plugin,
+            meta_plugin: MetaPlugin::Multus,
             metrics_file: None,
             vif_type: VifType::Veth,
             parent_interface: "eth0".into(),
@@ -501,14 +516,23 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
     })
 }
 
+/// The network of a DEL whose config could not be read: no network's name (one starts with
+/// `[a-zA-Z0-9]`).
+const UNREAD_NETWORK: &str = "?";
+
 impl NetConf {
+    /// The network on stdin; `None` for a DEL whose config could not be read.
+    pub fn read_network(&self) -> Option<&str> {
+        (self.network != UNREAD_NETWORK).then_some(self.network.as_str())
+    }
+
     /// A DEL's config when its stdin cannot be read (a NAD edited into nonsense, a runtime's
     /// cache cut short): the node's settings alone, which are all a DEL needs besides its
     /// environment. A pod must be able to go whatever its network's config became.
     pub fn node_only(node: &Node) -> NetConf {
         NetConf {
             cni_version: Version::NEWEST,
-            network: "?".into(),
+            network: UNREAD_NETWORK.into(),
             prev_result: None,
             runtime_config: None,
             args: None,
