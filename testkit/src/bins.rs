@@ -70,6 +70,22 @@ pub fn sim_bin() -> PathBuf {
     built("contrail-agent-sim")
 }
 
+/// A real caller or runtime of `../shared/peers` (Multus, CNI-Genie, containerd, CRI-O,
+/// cnitool, the reference plugins), as scripts/test unpacks them into `target/peers/`
+/// (`CONTRAIL_PEERS_BIN` names another directory). A missing one fails the test: these tests
+/// are about the real programs, never a stand-in.
+pub fn peer_bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("CONTRAIL_PEERS_BIN")
+        .map_or_else(|| repo_file("target/peers"), PathBuf::from);
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test, which unpacks ../shared/peers there          (`../shared/peers/install target/peers`)",
+        p.display()
+    );
+    p
+}
+
 /// A file of this repository, by its path from the top (`netconf/contrail.conflist`).
 pub fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
