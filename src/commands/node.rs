@@ -22,15 +22,11 @@ use crate::state::{Record, StateDir, sandbox_gone};
 /// config beside Multus's gets an empty list while every pod of the node is attached through
 /// Multus. A container that appears there with any interface is alive: Multus forwards GC only
 /// to the cluster network, so the list names eth0 alone and the pod's other attachments must
-/// survive it. The OpenSDN Go plugin's attachments are released as this plugin's are. Keeps
-/// going after errors and reports them at the end.
+/// survive it. So no list (cnitool 1.3's `gc` sends none) is no list of live sandboxes either:
+/// what is provably gone goes. The OpenSDN Go plugin's attachments are released as this
+/// plugin's are. Keeps going after errors and reports them at the end.
 pub fn gc(conf: &NetConf, started: Instant) -> Result<()> {
-    let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
-        Error::config(
-            "cni.dev/valid-attachments",
-            "GC needs the list of attachments still in use",
-        )
-    })?;
+    let valid = &conf.valid_attachments;
     let live: HashSet<&str> = valid.iter().map(|a| a.container_id.as_str()).collect();
     let boot = crate::state::files::boot_id();
     release_where(&conf.contrail, "GC", started, |r| {

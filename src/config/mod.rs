@@ -268,8 +268,9 @@ pub struct NetConf {
     pub runtime_config: Option<Map<String, Value>>,
     /// `args`, where Multus puts a network selection's `cni-args` under `cni`.
     pub args: Option<Map<String, Value>>,
-    /// GC's still-valid attachments; `None` when not given.
-    pub valid_attachments: Option<Vec<ValidAttachment>>,
+    /// GC's still-valid attachments: none when not given (cnitool 1.3's `gc` sends no list,
+    /// libcni 1.3 an empty one as `null`); GC keeps whatever is not provably gone anyway.
+    pub valid_attachments: Vec<ValidAttachment>,
     /// About stdin's unknown keys, for the log: one line, whatever their number.
     pub warnings: Vec<String>,
     /// Node-scoped keys that stdin sets to another value than the node's: the node's values
@@ -321,7 +322,8 @@ struct Stdin {
 }
 
 /// A GC list that is there: libcni 1.3 encodes "no attachment in use" as `null` (CRI-O sends
-/// it to every config no pod uses directly), which is the empty list, not a missing one.
+/// it to every config no pod uses directly), an empty list; the 1.1 name's wins over the
+/// older one's, even so.
 fn null_is_none_in_use<'de, D>(d: D) -> std::result::Result<Option<Vec<ValidAttachment>>, D::Error>
 where
     D: serde::Deserializer<'de>,
@@ -508,7 +510,10 @@ pub fn parse(stdin: &[u8], node: &Node) -> Result<NetConf> {
         prev_result: conf.prev_result,
         runtime_config: conf.runtime_config,
         args: conf.args,
-        valid_attachments: conf.valid_attachments.or(conf.attachments),
+        valid_attachments: conf
+            .valid_attachments
+            .or(conf.attachments)
+            .unwrap_or_default(),
         warnings: unknown_warning(&unknown, &source).into_iter().collect(),
         refused,
         node_file: node.file.clone(),
@@ -536,7 +541,7 @@ impl NetConf {
             prev_result: None,
             runtime_config: None,
             args: None,
-            valid_attachments: None,
+            valid_attachments: Vec::new(),
             warnings: Vec::new(),
             refused: Vec::new(),
             node_file: node.file.clone(),

@@ -418,7 +418,7 @@ fn gc_lists_under_either_name() {
     };
     for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
         let c = parse_json(json!({"cniVersion": "1.1.0", key: list})).unwrap();
-        assert_eq!(c.valid_attachments, Some(vec![c1.clone()]));
+        assert_eq!(c.valid_attachments, vec![c1.clone()]);
     }
     // libcni sends both names: the 1.1 one wins.
     let c = parse_json(
@@ -426,17 +426,18 @@ fn gc_lists_under_either_name() {
         "cni.dev/attachments": []}),
     )
     .unwrap();
-    assert_eq!(c.valid_attachments, Some(vec![c1]));
+    assert_eq!(c.valid_attachments, [c1]);
+    // No list (cnitool 1.3's gc), and libcni 1.3's "none in use", null (CRI-O 1.36), under
+    // either name: none listed.
     assert_eq!(
         parse_json(json!({"cniVersion": "1.1.0"}))
             .unwrap()
             .valid_attachments,
-        None
+        []
     );
-    // libcni 1.3 (CRI-O 1.36) says "none in use" with null: an empty list, under either name.
     for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
         let c = parse_json(json!({"cniVersion": "1.1.0", key: null})).unwrap();
-        assert_eq!(c.valid_attachments, Some(vec![]), "{key}");
+        assert_eq!(c.valid_attachments, [], "{key}");
     }
     for bad in [
         json!("x"),
