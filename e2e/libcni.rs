@@ -1,8 +1,10 @@
-//! libcni end to end: the release binary driven by libcni 1.1.2 (Debian's
-//! golang-github-appc-cni-dev), the library runtimes use, through `target/cnitool`
-//! (e2e/cnitool/main.go: cnitool's interface, built by scripts/test), with the network
-//! configs shipped in netconf/ and Debian's `tuning` plugin (containernetworking-plugins 1.1.1)
-//! chained after us.
+//! libcni end to end: the release binary driven by the library runtimes use, in two versions:
+//! libcni 1.1.2 (Debian's golang-github-appc-cni-dev, containerd 1.6's and podman 4's) through
+//! `target/cnitool` (e2e/cnitool/main.go: cnitool's interface, built by scripts/test) with
+//! Debian's `tuning` (containernetworking-plugins 1.1.1), and the real cnitool of libcni 1.3.0
+//! (containerd 2.x's and CRI-O's libcni, with `gc` and `status`; `../shared/peers`) with the
+//! reference plugins 1.9.1; with the network configs shipped in netconf/, `tuning` chained after
+//! us.
 //!
 //! What libcni adds over calling the plugin by hand (e2e/plugin/): it finds .conf and
 //! .conflist files by network name, injects `name` and `cniVersion` into each plugin's config,
@@ -18,24 +20,62 @@ use std::time::Duration;
 use contrail_testkit::*;
 use serde_json::{Value, json};
 
-/// The versions both libcni 1.1.2 and the plugin support: libcni 1.1.2 knows none after 1.0.0.
+/// The versions libcni 1.1.2 and the plugin both support: libcni 1.1.2 knows none after 1.0.0.
 const VERSIONS: [&str; 4] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0"];
 /// The network name in both shipped files; for the plugin it means the cluster network, whose
 /// VMIs kube-manager annotates with network `default`.
 const NETWORK: &str = "contrail-k8s-cni";
 const TUNING: &str = "/usr/lib/cni/tuning";
 
-/// The libcni driver. Built by scripts/test, not by cargo: a missing driver is a broken setup,
-/// so the tests fail (never skip) and say how to get it.
-fn cnitool_bin() -> PathBuf {
-    let p = repo_file("target/cnitool");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/test, which builds it (`GO111MODULE=off \
-         GOPATH=/usr/share/gocode go build -o target/cnitool e2e/cnitool/main.go`)",
-        p.display()
-    );
-    p
+/// Which libcni drives the plugin.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Driver {
+    /// libcni 1.1.2 through e2e/cnitool/main.go, with Debian's `tuning` 1.1.1.
+    Libcni11,
+    /// The real cnitool of libcni 1.3.0, with `tuning` of the reference plugins 1.9.1.
+    Cnitool13,
+}
+
+impl Driver {
+    /// The driver's binary. The libcni 1.1 driver is built by scripts/test, not by cargo, and
+    /// cnitool 1.3 is unpacked by it: a missing one is a broken setup, so the tests fail (never
+    /// skip) and say how to get it.
+    fn bin(self) -> PathBuf {
+        match self {
+            Driver::Libcni11 => {
+                let p = repo_file("target/cnitool");
+                assert!(
+                    p.exists(),
+                    "{} is missing: run scripts/test, which builds it (`GO111MODULE=off \
+                     GOPATH=/usr/share/gocode go build -o target/cnitool e2e/cnitool/main.go`)",
+                    p.display()
+                );
+                p
+            }
+            Driver::Cnitool13 => peer_bin("cnitool"),
+        }
+    }
+
+    fn tuning(self) -> PathBuf {
+        match self {
+            Driver::Libcni11 => {
+                assert!(
+                    Path::new(TUNING).exists(),
+                    "{TUNING} is missing: install containernetworking-plugins (scripts/test does)"
+                );
+                PathBuf::from(TUNING)
+            }
+            Driver::Cnitool13 => peer_bin("cni-tuning"),
+        }
+    }
+
+    /// The CNI versions it and the plugin both speak.
+    fn versions(self) -> &'static [&'static str] {
+        match self {
+            Driver::Libcni11 => &VERSIONS,
+            Driver::Cnitool13 => &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"],
+        }
+    }
 }
 
 /// A config file as shipped in netconf/: the tests change only what they must, so the files
@@ -72,6 +112,7 @@ fn cnitool_container_id(netns: &str) -> String {
 /// has one VMI, on the cluster network; its netns is the one a test uses unless it needs one
 /// per CNI version (cnitool derives the container id from the netns path).
 struct Runtime {
+    driver: Driver,
     fx: Fixture,
     netconf_dir: TempDir,
     bin_dir: TempDir,
@@ -81,24 +122,31 @@ struct Runtime {
 
 impl Runtime {
     fn new() -> Runtime {
-        assert!(
-            Path::new(TUNING).exists(),
-            "{TUNING} is missing: install containernetworking-plugins (scripts/test does)"
-        );
+        Runtime::with(Driver::Libcni11)
+    }
+
+    fn with(driver: Driver) -> Runtime {
         let bin_dir = TempDir::new();
         std::os::unix::fs::symlink(plugin_bin(), bin_dir.0.join("contrail-k8s-cni")).unwrap();
-        std::os::unix::fs::symlink(TUNING, bin_dir.0.join("tuning")).unwrap();
+        std::os::unix::fs::symlink(driver.tuning(), bin_dir.0.join("tuning")).unwrap();
         let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
+        // cnitool keeps libcni's cache in libcni's /var/lib/cni, which the test's node has of its
+        // own; the libcni 1.1 driver takes CNI_CACHE_DIR.
+        let cache_dir = match driver {
+            Driver::Libcni11 => TempDir::new(),
+            Driver::Cnitool13 => private_dir("/var/lib/cni"),
+        };
         // The pod identity as a runtime passes it; cnitool refuses empty values.
         let args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
             fx.pod.namespace, fx.pod.name
         );
         Runtime {
+            driver,
             fx,
             netconf_dir: TempDir::new(),
             bin_dir,
-            cache_dir: TempDir::new(),
+            cache_dir,
             args,
         }
     }
@@ -149,9 +197,9 @@ impl Runtime {
         std::fs::write(self.netconf_dir.0.join(file), conf.to_string()).unwrap();
     }
 
-    /// `cnitool add|check|del contrail-k8s-cni <netns>` with eth0, as a runtime does it.
+    /// `cnitool add|check|del|gc|status contrail-k8s-cni <netns>` with eth0, as a runtime does it.
     fn cnitool(&self, command: &str, netns: &str) -> Output {
-        let out = Command::new(cnitool_bin())
+        let out = Command::new(self.driver.bin())
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("NETCONFPATH", &self.netconf_dir.0)
@@ -189,6 +237,13 @@ impl Runtime {
             .0
             .join("results")
             .join(format!("{NETWORK}-{}-eth0", cnitool_container_id(netns)))
+    }
+
+    /// Whether the plugin logged a call of node-wide `command` (GC, STATUS).
+    fn plugin_ran_node_wide(&self, command: &str) -> bool {
+        let log =
+            std::fs::read_to_string(self.fx.node.config_dir.0.join("cni.log")).unwrap_or_default();
+        log.contains(&format!("{command} container= ifname= "))
     }
 
     /// Whether the plugin logged a call of `command` for the container of `netns`.
@@ -299,8 +354,14 @@ fn check_as_libcni_allows(rt: &Runtime, ns: &Netns, version: &str) {
 
 #[test]
 fn single_conf_add_check_del_for_each_version() {
-    let rt = Runtime::new();
-    for version in VERSIONS {
+    for driver in [Driver::Libcni11, Driver::Cnitool13] {
+        single_conf_add_check_del_through(driver);
+    }
+}
+
+fn single_conf_add_check_del_through(driver: Driver) {
+    let rt = Runtime::with(driver);
+    for &version in driver.versions() {
         rt.install_conf(version);
         // A new netns per version: a new container id, so a new cache entry.
         let ns = Netns::new();
@@ -593,4 +654,106 @@ fn cni_version_1_1_0_is_beyond_libcni_1_1_2_and_del_cleans_up() {
     let host = sim.ports()[0].1.clone();
     rt.cnitool("del", &ns.path()).assert_ok();
     assert_detached(&rt, Some(ns), &host);
+}
+
+#[test]
+fn cnitool_1_3_takes_the_shipped_conflist_at_1_1_0_and_asks_status() {
+    // libcni 1.2+ reads `cniVersions` and calls every plugin of the list with the highest it
+    // supports: 1.1.0, which the reference plugins 1.9.1 speak (Debian's 1.1.1 do not).
+    let rt = Runtime::with(Driver::Cnitool13);
+    let ns = &rt.fx.ns;
+    let list = rt.install_conflist("1.0.0", false);
+    assert_eq!(list["cniVersions"], json!(["1.0.0", "1.1.0"]));
+    let r = rt.add(ns);
+    let host = assert_attached(&rt, ns, "1.1.0", &r);
+    // A 1.1.0 result: the pod's interface with its MTU, the address without a `version`.
+    assert_eq!(r["interfaces"][1]["mtu"], 1500, "{r}");
+    assert!(r["ips"][0].get("version").is_none(), "{r}");
+    for (path, want) in tuning_sysctls(&list, "eth0") {
+        assert_eq!(read_in(ns, &path).as_deref(), Some(want.as_str()), "{path}");
+    }
+    check_as_libcni_allows(&rt, ns, "1.1.0");
+    // STATUS goes to every plugin of a 1.1.0 list: ready while the agent answers.
+    rt.cnitool("status", &ns.path()).assert_ok();
+    assert!(rt.plugin_ran_node_wide("STATUS"));
+    rt.cnitool("del", &ns.path()).assert_ok();
+    assert_detached(&rt, Some(ns), &host);
+}
+
+#[test]
+fn cnitool_1_3_status_fails_while_the_agent_is_down() {
+    let mut rt = Runtime::with(Driver::Cnitool13);
+    rt.install_conflist("1.0.0", false);
+    let ns = rt.fx.ns.path();
+    rt.cnitool("status", &ns).assert_ok();
+    rt.fx.stop_agent();
+    let out = rt.cnitool("status", &ns);
+    assert!(!out.ok);
+    assert!(
+        last_line(&out).contains("is unreachable"),
+        "cnitool shows the plugin's message: {}",
+        out.stderr
+    );
+    rt.fx.restart_agent(&[]);
+    rt.cnitool("status", &ns).assert_ok();
+}
+
+#[test]
+fn cnitool_1_3_gc_keeps_a_live_sandbox_and_releases_what_is_gone() {
+    // `cnitool gc` asks libcni to GC with no list of live attachments: libcni first DELs every
+    // attachment it cached for the network, then sends GC without a list. The plugin then
+    // knows of no live sandbox and releases what is provably gone: of two sandboxes another
+    // runtime attached (nothing in this libcni's cache), the one whose netns went; the other
+    // stays whole.
+    let mut rt = Runtime::with(Driver::Cnitool13);
+    let (gone, live) = (
+        PodSpec::new(vec![VmiSpec::new("default", 3)]),
+        PodSpec::new(vec![VmiSpec::new("default", 5)]),
+    );
+    let fx = &mut rt.fx;
+    fx.sim.restart_with(&[&fx.pod, &gone, &live], &[]);
+    let port = fx.sim.port;
+    fx.set("vrouter-port", json!(port));
+    rt.install_conflist("1.0.0", false);
+    let ns = &rt.fx.ns;
+    let cached = rt.add(ns);
+    let node = &rt.fx.node;
+    let (gone_ns, live_ns) = (Netns::new(), Netns::new());
+    for (pod, pod_ns) in [(&gone, &gone_ns), (&live, &live_ns)] {
+        let cid = uuid();
+        node.cni("ADD")
+            .container(&cid)
+            .netns(&pod_ns.path())
+            .ifname("eth0")
+            .args(&pod.multus_args(&cid))
+            .run(&node.netconf("1.1.0", NETWORK))
+            .assert_ok();
+    }
+    drop(gone_ns);
+    rt.cnitool("gc", &ns.path()).assert_ok();
+    assert!(
+        rt.plugin_ran("DEL", &ns.path()),
+        "libcni DELs what it cached"
+    );
+    assert!(rt.plugin_ran_node_wide("GC"));
+    assert_detached_pod(&rt, ns, &host_name(&cached));
+    assert!(!node.pod_dir_exists(&gone));
+    assert_eq!(live_ns.ifnames(), ["eth0", "lo"]);
+    assert_eq!(live_ns.mac("eth0"), live.vmis[0].mac);
+    assert_eq!(node.state_files(&live), [live.vmis[0].uuid.clone()]);
+    let ports: Vec<String> = rt.fx.sim.ports().into_iter().map(|p| p.0).collect();
+    assert_eq!(ports, [live.vmis[0].uuid.clone()]);
+}
+
+/// [`assert_detached`] for the fixture's pod alone, on a node other pods share.
+#[track_caller]
+fn assert_detached_pod(rt: &Runtime, ns: &Netns, host: &str) {
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!host_link_exists(host), "{host} left on the host");
+    assert!(!rt.fx.node.pod_dir_exists(&rt.fx.pod));
+    assert!(
+        rt.cache_files().is_empty(),
+        "cache left: {:?}",
+        rt.cache_files()
+    );
 }

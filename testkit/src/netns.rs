@@ -65,6 +65,26 @@ pub fn enter_node() {
     sh("ip", &["link", "set", "lo", "up"]);
 }
 
+/// A directory of the test's own in place of the machine's `path` (created if missing), seen
+/// by this node's processes only: for programs that hardcode where they keep things
+/// (CNI-Genie's `/etc/cni/net.d` and `/opt/cni/bin`, libcni's `/var/lib/cni`). The mount goes
+/// with the node; the directory with the returned guard.
+pub fn private_dir(path: &str) -> crate::files::TempDir {
+    use nix::mount::{MsFlags, mount};
+    enter_node();
+    let dir = crate::files::TempDir::new();
+    std::fs::create_dir_all(path).unwrap_or_else(|e| panic!("creating {path}: {e}"));
+    mount(
+        Some(&dir.0),
+        path,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .unwrap_or_else(|e| panic!("mounting a private {path}: {e}"));
+    dir
+}
+
 /// This thread's id: `/proc/<tid>` names this thread's namespaces (`/proc/<pid>` names the main
 /// thread's, which stays in the machine's).
 pub fn thread_id() -> u32 {
