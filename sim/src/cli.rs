@@ -106,6 +106,19 @@ pub(crate) struct Args {
     /// Keep every request with its arrival time, for `GET /sim/log`.
     #[arg(long)]
     pub(crate) log_requests: bool,
+    /// Also serve the Kubernetes API there (plain HTTP): the pods and NADs of --pods, as the
+    /// meta-plugins read them (`kube_api`); prints `kube-api listening on <addr>` after the
+    /// agent's line.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) kube_api: Option<String>,
+    /// With --kube-api: the node every pod of --pods is bound to (`spec.nodeName`).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "node-1",
+        requires = "kube_api"
+    )]
+    pub(crate) node_name: String,
     /// Answer STATUS with an agent-style error body.
     #[arg(long, value_name = "METHOD:PATH_PREFIX:STATUS", value_parser = rule_of("--fail"))]
     pub(crate) fail: Vec<Rule>,

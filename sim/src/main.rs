@@ -64,6 +64,7 @@ use std::{process, thread};
 mod cli;
 mod db;
 mod http;
+mod kube_api;
 mod kube_manager;
 mod pods;
 mod port;
@@ -697,7 +698,7 @@ fn die(msg: &str) -> ! {
 
 fn main() {
     let (args, rules) = parse_args();
-    let pods = load_pods(&args.pods).unwrap_or_else(|e| die(&e));
+    let (pods, cluster) = load_pods(&args.pods, &args.node_name).unwrap_or_else(|e| die(&e));
     let ports = args
         .state_dir
         .as_deref()
@@ -710,6 +711,16 @@ fn main() {
         .unwrap_or_else(|e| die(&e.to_string()));
     // Tests wait for exactly this line to learn the port, so it must not sit in a buffer.
     println!("listening on {addr}");
+    if let Some(kube_api) = &args.kube_api {
+        let listener = TcpListener::bind(kube_api)
+            .unwrap_or_else(|e| die(&format!("cannot listen on {kube_api}: {e}")));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| die(&e.to_string()));
+        println!("kube-api listening on {addr}");
+        let cluster = Arc::new(cluster);
+        thread::spawn(move || cluster.serve(listener));
+    }
     io::stdout()
         .flush()
         .unwrap_or_else(|e| die(&format!("stdout: {e}")));

@@ -2,12 +2,13 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::str::FromStr;
 
+use super::kube_api::{Cluster, NadObject, PodObject};
 use super::kube_manager::{self, Nad};
 use super::vmi_spec::{VmiSpec, derived_uuid};
 use super::{AUTHOR, NIL_UUID, NO_VLAN, Port, agent_time};
@@ -38,7 +39,13 @@ pub(crate) struct PodSpec {
     /// `k8s.v1.cni.cncf.io/networks`, as the pod has it.
     #[serde(rename = "networks-annotation", default)]
     pub(crate) networks_annotation: Option<String>,
+    /// The pod's other annotations, as the Kubernetes API serves them (CNI-Genie's `cni`, say).
+    #[serde(default)]
+    pub(crate) annotations: BTreeMap<String, String>,
 }
+
+/// The networks annotation's key.
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
 
 pub(crate) fn default_cluster() -> String {
     "k8s".into()
@@ -138,10 +145,24 @@ impl Vmi {
     }
 }
 
-pub(crate) fn load_pods(path: &Path) -> Result<Vec<Pod>, String> {
+/// The pod description file: the pods as the agent knows them, with the VMIs kube-manager made,
+/// and, on `node`, the cluster the Kubernetes API serves: the same pods and NADs.
+pub(crate) fn load_pods(path: &Path, node: &str) -> Result<(Vec<Pod>, Cluster), String> {
     let path = path.display();
     let text = fs::read_to_string(path.to_string()).map_err(|e| format!("{path}: {e}"))?;
     let file: PodFile = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    let cluster = Cluster::new(
+        node,
+        file.pods.iter().map(PodSpec::object).collect(),
+        file.nads
+            .iter()
+            .map(|n| NadObject {
+                name: n.name.clone(),
+                namespace: n.namespace.clone(),
+                config: n.config.clone(),
+            })
+            .collect(),
+    );
     let mut seen = HashSet::new();
     let mut pods = Vec::new();
     for mut spec in file.pods {
@@ -182,7 +203,25 @@ pub(crate) fn load_pods(path: &Path) -> Result<Vec<Pod>, String> {
         }
         pods.push(pod);
     }
-    Ok(pods)
+    Ok((pods, cluster))
+}
+
+impl PodSpec {
+    /// The pod as the Kubernetes API has it: its annotations, the networks annotation among
+    /// them.
+    fn object(&self) -> PodObject {
+        let mut annotations = self.annotations.clone();
+        // An empty one is the description's "the cluster network only": no annotation.
+        if let Some(a) = self.networks_annotation.as_ref().filter(|a| !a.is_empty()) {
+            annotations.insert(NETWORKS.to_string(), a.clone());
+        }
+        PodObject {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uuid.clone(),
+            annotations,
+        }
+    }
 }
 
 /// Validates one pod; `derived`: its VMIs are kube-manager's (none when it failed the pod).
@@ -194,6 +233,7 @@ pub(crate) fn build_pod(spec: PodSpec, derived: bool) -> Result<Pod, String> {
         uuid,
         vmis,
         networks_annotation: _,
+        annotations: _,
     } = spec;
     let ctx = format!("pod {namespace}/{name}");
     for (what, value) in [

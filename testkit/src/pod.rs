@@ -89,6 +89,8 @@ pub struct PodSpec {
     /// simulator makes them as kube-manager does, from the NADs it was started with
     /// ([`Sim::start_cluster`](crate::Sim::start_cluster)).
     pub networks_annotation: Option<String>,
+    /// Its other annotations, as the Kubernetes API serves them (CNI-Genie's `cni`).
+    pub annotations: Vec<(String, String)>,
 }
 
 impl PodSpec {
@@ -99,6 +101,7 @@ impl PodSpec {
             uuid: uuid(),
             vmis,
             networks_annotation: None,
+            annotations: Vec::new(),
         }
     }
 
@@ -111,6 +114,12 @@ impl PodSpec {
         }
     }
 
+    /// With another annotation.
+    pub fn annotate(mut self, key: &str, value: &str) -> PodSpec {
+        self.annotations.push((key.into(), value.into()));
+        self
+    }
+
     pub fn vm_name(&self) -> String {
         format!("k8s__{}__{}", self.namespace, self.name)
     }
@@ -120,6 +129,9 @@ impl PodSpec {
                "vmis": self.vmis.iter().map(VmiSpec::to_json).collect::<Vec<_>>()});
         if let Some(annotation) = &self.networks_annotation {
             v["networks-annotation"] = json!(annotation);
+        }
+        if !self.annotations.is_empty() {
+            v["annotations"] = self.annotations.iter().cloned().collect();
         }
         v
     }

@@ -139,6 +139,12 @@ impl Sim {
     }
 
     /// The agent restarts (on another port) serving `pods`, as after kube-manager changed them.
+    /// The pod description file it serves (and kube-manager made the VMIs of): what
+    /// [`KubeApi::of`](crate::KubeApi::of) serves too.
+    pub fn description(&self) -> PathBuf {
+        self._dir.0.join("pods.json")
+    }
+
     pub fn restart_with(&mut self, pods: &[&PodSpec], args: &[&str]) {
         self.stop();
         *self = Sim::spawn(&self.bin, Sim::pods_file(pods), &self.ip, args);
