@@ -13,6 +13,7 @@ mod deploy;
 mod dpdk_rig;
 mod examples;
 mod faults;
+mod genie;
 mod hardening;
 mod hazards;
 mod legacy;

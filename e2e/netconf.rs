@@ -1,6 +1,7 @@
 //! The ready-made files in netconf/ are the ones users copy: these tests drive the plugin with
-//! exactly those files, the way Multus and CNI-Genie would read and pass them, overriding only
-//! what points at this test's simulator and directories.
+//! exactly those files, the way Multus would read and pass them, overriding only what points
+//! at this test's simulator and directories (`netconf/genie-pod.yaml` goes through the real
+//! CNI-Genie in `e2e/genie.rs`).
 
 use contrail_testkit::cluster::{multus_ifname, multus_selections};
 use contrail_testkit::*;
@@ -139,74 +140,4 @@ fn multus_pod_from_the_netconf_files() {
     );
     multus.del_all(&delegates);
     fx.assert_nothing_left();
-}
-
-#[test]
-fn cni_genie_pod_from_the_netconf_files() {
-    let pod_doc = &yaml_docs("genie-pod.yaml")[0];
-    let plugins: Vec<String> = annotation(pod_doc, "cni")
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    assert_eq!(plugins, ["calico", "contrail-k8s-cni"]);
-    let mut pod = PodSpec::new(vec![VmiSpec::new("default", 1)]);
-    pod.name = format!(
-        "{}-{}",
-        pod_doc["metadata"]["name"].as_str().unwrap(),
-        tag()
-    );
-    let mut fx = Fixture::with_pod(pod, &[]);
-    let mut contrail_conf = install_node_conf(&mut fx.node);
-    let (pod, ns) = (&fx.pod, &fx.ns);
-    // Genie fills a missing cniVersion with 0.3.0; the shipped file has one, Genie keeps it.
-    contrail_conf["cniVersion"] = json!("0.3.0");
-
-    // calico's role (eth0 and the pod's default route) is played by Debian's bridge.
-    let t = tag();
-    let bridge = HostLink(format!("ck8sg{t}"));
-    let ipam_dir = TempDir::new();
-    let subnet = u8::from_str_radix(&t[..2], 16).unwrap() % 200 + 20;
-    let calico = json!({"cniVersion": "0.3.0", "name": "calico", "type": "bridge", "bridge": bridge.0,
-        "isGateway": true, "isDefaultGateway": true,
-        "ipam": {"type": "host-local", "subnet": format!("10.245.{subnet}.0/24"), "dataDir": ipam_dir.0}});
-    let delegates = [
-        Delegate::debian(calico, "eth0"),
-        Delegate {
-            bin: plugin_bin(),
-            conf: contrail_conf,
-            ifname: "eth1".into(),
-        },
-    ];
-    // Genie's CNI_ARGS: no K8S_POD_UID.
-    let args = format!(
-        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
-        pod.namespace, pod.name
-    );
-    let genie = Multus {
-        args,
-        ..fx.multus()
-    };
-    for d in &delegates {
-        genie.call("ADD", d).assert_ok();
-    }
-    assert_eq!(ns.ifnames(), ["eth0", "eth1", "lo"]);
-    assert_eq!(
-        (ns.mac("eth1"), ns.addrs("eth1")),
-        (pod.vmis[0].mac.clone(), vec![pod.vmis[0].addr()])
-    );
-    // The cluster-network VMI would carry the default route, but calico's eth0 holds it.
-    assert_eq!(
-        ns.default_routes(),
-        [(
-            "-4".to_string(),
-            format!("10.245.{subnet}.1"),
-            "eth0".to_string()
-        )]
-    );
-    genie.call("CHECK", &delegates[1]).assert_ok();
-    for d in delegates.iter().rev() {
-        genie.call("DEL", d).assert_ok();
-    }
-    assert_eq!(ns.ifnames(), ["lo"]);
-    assert!(!fx.node.pod_dir_exists(pod));
 }

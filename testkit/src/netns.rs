@@ -70,19 +70,25 @@ pub fn enter_node() {
 /// (CNI-Genie's `/etc/cni/net.d` and `/opt/cni/bin`, libcni's `/var/lib/cni`). The mount goes
 /// with the node; the directory with the returned guard.
 pub fn private_dir(path: &str) -> crate::files::TempDir {
+    let dir = crate::files::TempDir::new();
+    bind_dir(&dir.0, path);
+    dir
+}
+
+/// The test's directory `dir` in place of the machine's `path` (created if missing), for this
+/// node's processes only (see [`private_dir`]).
+pub fn bind_dir(dir: &Path, path: &str) {
     use nix::mount::{MsFlags, mount};
     enter_node();
-    let dir = crate::files::TempDir::new();
     std::fs::create_dir_all(path).unwrap_or_else(|e| panic!("creating {path}: {e}"));
     mount(
-        Some(&dir.0),
+        Some(dir),
         path,
         None::<&str>,
         MsFlags::MS_BIND,
         None::<&str>,
     )
-    .unwrap_or_else(|e| panic!("mounting a private {path}: {e}"));
-    dir
+    .unwrap_or_else(|e| panic!("mounting {} over {path}: {e}", dir.display()));
 }
 
 /// This thread's id: `/proc/<tid>` names this thread's namespaces (`/proc/<pid>` names the main

@@ -136,6 +136,14 @@ impl PodSpec {
         v
     }
 
+    /// CNI_ARGS as kubelet's runtimes send them (containerd, CRI-O: in this order).
+    pub fn runtime_args(&self, container_id: &str) -> String {
+        format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
+            self.namespace, self.name, self.uuid
+        )
+    }
+
     /// CNI_ARGS exactly as Multus builds them: its own keys, then the runtime's again.
     pub fn multus_args(&self, container_id: &str) -> String {
         let own = format!(
