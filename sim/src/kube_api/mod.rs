@@ -48,6 +48,15 @@ enum Kind {
 }
 
 impl Kind {
+    /// As the API's paths and errors name it.
+    fn resource(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::Nad => "network-attachment-definitions.k8s.cni.cncf.io",
+            Kind::Event => "events",
+        }
+    }
+
     fn list_kind(self) -> &'static str {
         match self {
             Kind::Pod => "PodList",
@@ -318,7 +327,13 @@ impl Cluster {
     }
 
     fn create(&self, kind: Kind, ns: &str, req: &Request) -> Reply {
-        let mut object: Value = match serde_json::from_slice(&req.body) {
+        // client-go's event recorder writes protobuf (Multus's), the rest JSON.
+        let read = if kind == Kind::Event && req.content_type.contains("protobuf") {
+            proto::decode_event(&req.body)
+        } else {
+            serde_json::from_slice(&req.body).map_err(|e| e.to_string())
+        };
+        let mut object: Value = match read {
             Ok(o) => o,
             Err(e) => return status(400, "BadRequest", &format!("the body: {e}")),
         };
@@ -670,13 +685,16 @@ fn status(code: u16, reason: &str, message: &str) -> Reply {
     (code, body)
 }
 
+/// The API server's 404: `pods "web-0" not found` (the resource, not the kind: Multus, which
+/// means to tolerate a pod gone under its status update, looks for `pod "` and never finds it).
 fn not_found(kind: Kind, name: &str) -> Reply {
-    let (code, mut body) = status(
-        404,
-        "NotFound",
-        &format!("{} {name:?} not found", kind.kind().to_lowercase()),
-    );
-    body["details"] = json!({"name": name, "kind": kind.kind()});
+    let resource = kind.resource();
+    let (code, mut body) = status(404, "NotFound", &format!("{resource} {name:?} not found"));
+    let (kind, group) = resource.split_once('.').unwrap_or((resource, ""));
+    body["details"] = json!({"name": name, "kind": kind});
+    if !group.is_empty() {
+        body["details"]["group"] = group.into();
+    }
     (code, body)
 }
 

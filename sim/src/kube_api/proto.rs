@@ -1,7 +1,7 @@
-//! The part of Kubernetes' protobuf encoding a pod's status update needs: client-go sends a
-//! `PUT pods/<name>/status` (Multus's network-status annotation) as
+//! The part of Kubernetes' protobuf encoding the meta-plugins' writes need: client-go sends a
+//! `PUT pods/<name>/status` (Multus's network-status annotation) and a `POST events` as
 //! `application/vnd.kubernetes.protobuf`, the magic `k8s\0` then a `runtime.Unknown` whose `raw`
-//! is the `v1.Pod`. Only the fields the stand-in keeps are declared (k8s.io/api
+//! is the `v1.Pod` or `v1.Event`. Only the fields the stand-in keeps are declared (k8s.io/api
 //! `core/v1/generated.proto`, k8s.io/apimachinery `runtime/generated.proto`,
 //! `apis/meta/v1/generated.proto`); prost skips the others.
 
@@ -38,6 +38,16 @@ struct Pod {
 }
 
 #[derive(Clone, PartialEq, Message)]
+struct Event {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(string, tag = "3")]
+    reason: String,
+    #[prost(string, tag = "4")]
+    message: String,
+}
+
+#[derive(Clone, PartialEq, Message)]
 struct ObjectMeta {
     #[prost(string, tag = "1")]
     name: String,
@@ -59,24 +69,30 @@ pub(crate) struct PodMeta {
     pub(crate) annotations: BTreeMap<String, String>,
 }
 
-/// A `v1.Pod` in Kubernetes' protobuf envelope.
-pub(crate) fn decode_pod(body: &[u8]) -> Result<PodMeta, String> {
+/// The `raw` of a v1 object of `kind` in Kubernetes' protobuf envelope.
+fn unwrap(body: &[u8], kind: &str) -> Result<Vec<u8>, String> {
     let rest = body
         .strip_prefix(MAGIC)
         .ok_or("no k8s protobuf magic at the start of the body")?;
     let unknown = Unknown::decode(rest).map_err(|e| format!("runtime.Unknown: {e}"))?;
     if let Some(t) = &unknown.type_meta
-        && (t.kind != "Pod" || t.api_version != "v1")
+        && (t.kind != kind || t.api_version != "v1")
     {
         return Err(format!(
-            "a {}/{} where a v1/Pod goes",
+            "a {}/{} where a v1/{kind} goes",
             t.api_version, t.kind
         ));
     }
     if !unknown.content_encoding.is_empty() {
         return Err(format!("content encoding {:?}", unknown.content_encoding));
     }
-    let pod = Pod::decode(unknown.raw.as_slice()).map_err(|e| format!("v1.Pod: {e}"))?;
+    Ok(unknown.raw)
+}
+
+/// A `v1.Pod` in Kubernetes' protobuf envelope.
+pub(crate) fn decode_pod(body: &[u8]) -> Result<PodMeta, String> {
+    let raw = unwrap(body, "Pod")?;
+    let pod = Pod::decode(raw.as_slice()).map_err(|e| format!("v1.Pod: {e}"))?;
     let m = pod.metadata.unwrap_or_default();
     Ok(PodMeta {
         name: m.name,
@@ -84,6 +100,18 @@ pub(crate) fn decode_pod(body: &[u8]) -> Result<PodMeta, String> {
         resource_version: m.resource_version,
         annotations: m.annotations,
     })
+}
+
+/// A `v1.Event` in Kubernetes' protobuf envelope, as JSON: what a test looks at of it (its
+/// name, reason and message).
+pub(crate) fn decode_event(body: &[u8]) -> Result<serde_json::Value, String> {
+    let raw = unwrap(body, "Event")?;
+    let event = Event::decode(raw.as_slice()).map_err(|e| format!("v1.Event: {e}"))?;
+    let m = event.metadata.unwrap_or_default();
+    Ok(serde_json::json!({
+        "metadata": {"name": m.name, "namespace": m.namespace},
+        "reason": event.reason, "message": event.message,
+    }))
 }
 
 #[cfg(test)]
@@ -124,5 +152,10 @@ mod tests {
         );
         assert_eq!(pod.annotations["k8s.v1.cni.cncf.io/network-status"], "[]");
         assert!(decode_pod(b"{}").is_err());
+        assert!(
+            decode_event(&body)
+                .unwrap_err()
+                .contains("v1/Pod where a v1/Event goes")
+        );
     }
 }
