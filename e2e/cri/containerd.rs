@@ -1,15 +1,21 @@
-//! kubelet's side of containerd's CRI, for e2e/cri: a private containerd 1.6 (Debian's, with
-//! its CRI plugin and runc) in the test's node, a sandbox image built by the test, and a CRI
-//! client (`k8s-cri`, tonic's generated client of the kubernetes/cri-api protos) on the test's
-//! own thread.
+//! kubelet's side of containerd's CRI, for e2e/cri: a private containerd ([`Version`]: Debian's
+//! 1.6 or the peers' 2.2.7, with its CRI plugin and runc) in the test's node, a sandbox image
+//! built by the test, and a CRI client (`k8s-cri`, tonic's generated client of the
+//! kubernetes/cri-api protos) on the test's own thread.
 //!
 //! Everything containerd keeps is the test's: its root, state, socket, CNI config and plugin
 //! directories in a temp dir; `/run/containerd` (the shims' sockets and runc's state, paths
-//! containerd 1.6 does not let a config move) and `/var/lib/cni` (libcni's cache, which go-cni
-//! does not move either) are tmpfs mounts of the node's own mount namespace; the pods' network
+//! containerd's config does not move) and `/var/lib/cni` (libcni's cache, which go-cni does not
+//! move either) are tmpfs mounts of the node's own mount namespace; the pods' network
 //! namespaces (`/var/run/netns/cni-<uuid>`) are in the node's `/run/netns`. So tests run in
 //! parallel, never touch the machine's containerd, and the caches they check are theirs.
+//!
+//! A meta-plugin in front (Multus thick) fits in: [`Containerd::install_plugin`] puts its shim
+//! into the CNI plugin directory, [`Containerd::install_conflist_as`] its config first by name,
+//! and `env` of [`Containerd::start`] is containerd's environment, which every plugin call
+//! inherits.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -22,7 +28,8 @@ use k8s_cri::v1::*;
 use serde_json::{Value, json};
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::host::{all_processes, private_mount, toml, which};
+use crate::host::{all_processes, private_mount, which};
+use crate::version::{Paths, Version};
 
 /// What these tests need from Debian (scripts/test installs them).
 pub const PACKAGES: &str =
@@ -36,13 +43,14 @@ const NAMESPACE: &str = "k8s.io";
 /// Upper bound for one CRI request or for containerd to come up: each takes well under a
 /// second here; a plugin that fails waits for the agent at most 0.5 s x 6 (the test node's).
 pub const BOUND: Duration = Duration::from_secs(60);
-const REFERENCE_PLUGINS: &str = "/usr/lib/cni";
 const PLUGIN: &str = "contrail-k8s-cni";
 
 /// A private containerd, killed on drop with its shims and their containers (after the CRI has
 /// been asked to stop and remove what is left, so that the plugin's DEL runs: declare it after
 /// the test's simulator).
 pub struct Containerd {
+    /// Which containerd it is (its programs, plugins and config form).
+    pub version: Version,
     pub dir: TempDir,
     /// containerd's own environment, which libcni hands on to every plugin call.
     env: Vec<(String, String)>,
@@ -53,34 +61,41 @@ pub struct Containerd {
     pub cgroup_parent: String,
     /// The CRI plugin's CNI config directory (`conf_dir`).
     pub conf_dir: PathBuf,
+    /// CRI `Status` requests sent (containerd 2.2.7 asks the plugin's STATUS on each).
+    statuses: Cell<usize>,
 }
 
 impl Containerd {
-    /// containerd with the plugin as the node's CNI (`conflist` in its CNI config directory,
-    /// when given) and the node's `CONTRAIL_CNI_CONF_DIR`; `env` is added to its environment.
-    pub fn start(node: &Node, conflist: Option<&Value>, env: &[(&str, &str)]) -> Containerd {
-        Containerd::new(node, None, conflist, env)
+    /// containerd `version` with the plugin as the node's CNI (`conflist` in its CNI config
+    /// directory, when given) and the node's `CONTRAIL_CNI_CONF_DIR`; `env` is added to its
+    /// environment.
+    pub fn start(
+        version: Version,
+        node: &Node,
+        conflist: Option<&Value>,
+        env: &[(&str, &str)],
+    ) -> Containerd {
+        Containerd::new(version, node, None, conflist, env)
     }
 
     /// containerd whose CNI config directory is the node's own (the node-wide file's, as
     /// `/etc/cni/net.d` is on a node), with nothing else in it.
-    pub fn start_in_node_dir(node: &Node) -> Containerd {
-        Containerd::new(node, Some(node.conf_dir.0.clone()), None, &[])
+    pub fn start_in_node_dir(version: Version, node: &Node) -> Containerd {
+        Containerd::new(version, node, Some(node.conf_dir.0.clone()), None, &[])
     }
 
     fn new(
+        version: Version,
         node: &Node,
         conf_dir: Option<PathBuf>,
         conflist: Option<&Value>,
         env: &[(&str, &str)],
     ) -> Containerd {
         enter_node();
-        for bin in ["containerd", "ctr", "containerd-shim-runc-v2", "runc"] {
-            assert!(
-                which(bin).is_some(),
-                "{bin} is missing: install {PACKAGES} (scripts/test does)"
-            );
-        }
+        assert!(
+            which("runc").is_some(),
+            "runc is missing: install {PACKAGES} (scripts/test does)"
+        );
         let dir = TempDir::new();
         for sub in ["root", "state", "cni-conf", "cni-bin", "logs", "opt"] {
             std::fs::create_dir_all(dir.0.join(sub)).unwrap();
@@ -95,7 +110,9 @@ impl Containerd {
             "CONTRAIL_CNI_CONF_DIR".into(),
             node.conf_dir.0.to_str().unwrap().into(),
         ));
+        env.push(("PATH".into(), version.search_path(&dir.0.join("shim-bin"))));
         let mut c = Containerd {
+            version,
             env,
             child: None,
             rt: tokio::runtime::Builder::new_current_thread()
@@ -106,6 +123,7 @@ impl Containerd {
             cgroup_parent: format!("/ck8s-{}", tag()),
             conf_dir: conf_dir.unwrap_or_else(|| dir.0.join("cni-conf")),
             dir,
+            statuses: Cell::new(0),
         };
         c.install_plugins();
         c.write_config();
@@ -126,19 +144,13 @@ impl Containerd {
     }
 
     /// The CNI plugin directory: the conflist's plugins and `loopback` (the CRI plugin adds a
-    /// loopback network to every pod). Ours is the release binary behind a wrapper that records
-    /// what the runtime passed (command, container, netns, CNI_ARGS, TRACEPARENT) and execs it
-    /// with the same environment and stdin.
+    /// loopback network to every pod), of the version this containerd's libcni speaks to. Ours
+    /// is the release binary behind a wrapper that records what the runtime passed (command,
+    /// container, netns, CNI_ARGS, TRACEPARENT) and execs it with the same environment and
+    /// stdin.
     fn install_plugins(&self) {
-        let bin = self.path("cni-bin");
         for kind in ["tuning", "loopback"] {
-            let p = Path::new(REFERENCE_PLUGINS).join(kind);
-            assert!(
-                p.exists(),
-                "{} is missing: install {PACKAGES} (scripts/test does)",
-                p.display()
-            );
-            std::os::unix::fs::symlink(&p, bin.join(kind)).unwrap();
+            self.install_plugin(kind, &self.version.reference_plugin(kind));
         }
         let script = format!(
             "#!/bin/sh\n\
@@ -148,10 +160,16 @@ impl Containerd {
             self.path("calls.tsv").display(),
             plugin_bin().display()
         );
-        let wrapper = bin.join(PLUGIN);
+        let wrapper = self.path("cni-bin").join(PLUGIN);
         std::fs::write(&wrapper, script).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Puts the program at `path` into the CNI plugin directory as `name` (a link: libcni runs
+    /// it from there).
+    pub fn install_plugin(&self, name: &str, path: &Path) {
+        std::os::unix::fs::symlink(path, self.path("cni-bin").join(name)).unwrap();
     }
 
     /// Puts a conflist into the CNI config directory as `install` puts the node's file there: a
@@ -170,41 +188,15 @@ impl Containerd {
     }
 
     fn write_config(&self) {
-        let p = |sub: &str| toml(self.path(sub).to_str().unwrap());
-        let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
-        let config = format!(
-            "version = 2\n\
-             root = {root}\n\
-             state = {state}\n\
-             [grpc]\n  address = {sock}\n\
-             [ttrpc]\n  address = {ttrpc}\n\
-             [plugins.\"io.containerd.internal.v1.opt\"]\n  path = {opt}\n\
-             [{cri}]\n\
-             \x20 sandbox_image = {image}\n\
-             \x20 restrict_oom_score_adj = true\n\
-             [{cri}.containerd]\n\
-             \x20 snapshotter = \"native\"\n\
-             \x20 default_runtime_name = \"runc\"\n\
-             [{cri}.containerd.runtimes.runc]\n\
-             \x20 runtime_type = \"io.containerd.runc.v2\"\n\
-             [{cri}.containerd.runtimes.{broken}]\n\
-             \x20 runtime_type = \"io.containerd.runc.v2\"\n\
-             [{cri}.containerd.runtimes.{broken}.options]\n\
-             \x20 BinaryName = \"/bin/false\"\n\
-             [{cri}.cni]\n\
-             \x20 bin_dir = {bin}\n\
-             \x20 conf_dir = {conf}\n\
-             \x20 max_conf_num = 1\n",
-            root = p("root"),
-            state = p("state"),
-            sock = toml(self.socket().to_str().unwrap()),
-            ttrpc = p("containerd.sock.ttrpc"),
-            opt = p("opt"),
-            image = toml(IMAGE),
-            broken = BROKEN_RUNTIME,
-            bin = p("cni-bin"),
-            conf = toml(self.conf_dir.to_str().unwrap()),
-        );
+        let config = self.version.config(&Paths {
+            root: &self.path("root"),
+            state: &self.path("state"),
+            socket: &self.socket(),
+            ttrpc: &self.path("containerd.sock.ttrpc"),
+            opt: &self.path("opt"),
+            cni_bin: &self.path("cni-bin"),
+            cni_conf: &self.conf_dir,
+        });
         std::fs::write(self.path("config.toml"), config).unwrap();
     }
 
@@ -217,14 +209,10 @@ impl Containerd {
             .append(true)
             .open(self.path("containerd.log"))
             .unwrap();
-        let child = Command::new("containerd")
+        let child = Command::new(self.version.bin("containerd"))
             .arg("--config")
             .arg(self.path("config.toml"))
             .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -373,8 +361,9 @@ impl Containerd {
             ],
         );
         let sock = self.socket();
+        let ctr = self.version.bin("ctr");
         let out = sh(
-            "ctr",
+            ctr.to_str().unwrap(),
             &[
                 "--address",
                 sock.to_str().unwrap(),
@@ -517,15 +506,26 @@ impl Containerd {
 
     /// The runtime's conditions (`RuntimeReady`, `NetworkReady`): (status, reason, message).
     pub fn conditions(&self) -> HashMap<String, (bool, String, String)> {
-        let r = self.cri("Status", |mut c| async move {
-            c.status(StatusRequest { verbose: false }).await
-        });
-        r.status
+        self.runtime_status(false)
+            .status
             .unwrap()
             .conditions
             .into_iter()
             .map(|c| (c.r#type, (c.status, c.reason, c.message)))
             .collect()
+    }
+
+    /// The CRI `Status` (kubelet asks for it every few seconds), counted.
+    fn runtime_status(&self, verbose: bool) -> StatusResponse {
+        self.statuses.set(self.statuses.get() + 1);
+        self.cri("Status", |mut c| async move {
+            c.status(StatusRequest { verbose }).await
+        })
+    }
+
+    /// How many CRI `Status` requests the test sent.
+    pub fn statuses(&self) -> usize {
+        self.statuses.get()
     }
 
     /// Waits for the CRI's `NetworkReady` (its conf watch has loaded a CNI config); on timeout,
@@ -550,9 +550,7 @@ impl Containerd {
     /// `cniconfig`, what `crictl info` shows): the type of each plugin of its pod network, in
     /// order; empty before a network config is loaded.
     pub fn cni_plugins(&self) -> Vec<String> {
-        let r = self.cri("Status", |mut c| async move {
-            c.status(StatusRequest { verbose: true }).await
-        });
+        let r = self.runtime_status(true);
         let config: Value = r
             .info
             .get("cniconfig")
@@ -683,6 +681,20 @@ impl Containerd {
                 .filter(|p| p.to_string_lossy().contains(sandbox)),
         );
         kept
+    }
+
+    /// The result libcni cached for the sandbox's pod network (its `eth0`), as a later DEL
+    /// hands it to the plugins.
+    pub fn cached_result(&self, sandbox: &str) -> Value {
+        let cached = self
+            .kept(sandbox)
+            .into_iter()
+            .find(|p| {
+                p.starts_with("/var/lib/cni/results") && p.to_string_lossy().ends_with("-eth0")
+            })
+            .unwrap_or_else(|| panic!("libcni cached no result for {sandbox}"));
+        let entry: Value = serde_json::from_slice(&std::fs::read(cached).unwrap()).unwrap();
+        entry["result"].clone()
     }
 
     /// containerd's processes: itself, the shims of its sandboxes and what they run (the pause

@@ -1,26 +1,63 @@
-//! kubelet's runtime end to end: containerd 1.6 (Debian's) with its CRI plugin, driven over
-//! its CRI gRPC socket as kubelet drives it (RunPodSandbox, PodSandboxStatus, CreateContainer,
-//! ExecSync, StopPodSandbox, RemovePodSandbox), with the shipped `netconf/contrail.conflist`
-//! (the release binary, then Debian's `tuning`) as the node's CNI config, against the agent
-//! simulator. containerd calls the plugin through go-cni and libcni 1.1 with its own CNI_ARGS,
-//! network namespaces, result cache and rollback; each test checks what kubelet sees (the
-//! sandbox's IPs) and what a user checks (the interface's MAC and addresses in the pod, the
-//! agent's registration, the state file), and that nothing is left afterwards: no link, no
-//! state, no registration, no sandbox, nothing in containerd's or libcni's caches.
+//! kubelet's runtime end to end: containerd with its CRI plugin, Debian's 1.6 and the peers'
+//! 2.2.7 (`version.rs`), driven over its CRI gRPC socket as kubelet drives it (RunPodSandbox,
+//! PodSandboxStatus, CreateContainer, ExecSync, StopPodSandbox, RemovePodSandbox, Status), with
+//! the shipped `netconf/contrail.conflist` (the release binary, then the reference `tuning`) as
+//! the node's CNI config, against the agent simulator. containerd calls the plugin through
+//! go-cni and libcni (1.1, the conflist at 1.0.0; 1.3, at 1.1.0 and with STATUS) with its own
+//! CNI_ARGS, network namespaces, result cache and rollback; each test checks what kubelet sees
+//! (the sandbox's IPs, the network's readiness) and what a user checks (the interface's MAC and
+//! addresses in the pod, the agent's registration, the state file), and that nothing is left
+//! afterwards: no link, no state, no registration, no sandbox, nothing in containerd's or
+//! libcni's caches. Most tests run against both containerds ([`on_both`]).
 //!
 //! The harness (a private containerd per test, the sandbox image the test builds, the CRI
-//! client) is `containerd.rs`, with what it needs of the node besides in `host.rs`.
+//! client) is `containerd.rs`, with what it needs of the node besides in `host.rs`. Tests by
+//! theme besides the sandbox's life here: `conf.rs` (containerd's conf watch), `restarts.rs`,
+//! `status.rs` (`NetworkReady` and the plugin's STATUS), `trace.rs` (`TRACEPARENT`).
 
 mod containerd;
 mod host;
+mod version;
 
 use std::mem::ManuallyDrop;
 use std::path::Path;
 
-use containerd::{BOUND, BROKEN_RUNTIME, Containerd};
+use containerd::{BROKEN_RUNTIME, Containerd};
 use contrail_testkit::*;
 use k8s_cri::v1::{PodSandboxState, RunPodSandboxRequest, StopPodSandboxRequest};
 use serde_json::Value;
+use version::Version;
+
+/// Each named test runs against both containerds, as `<name>::containerd_1_6` and
+/// `<name>::containerd_2_2`: `<name>(Version)` is the test.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn containerd_1_6() {
+                super::$name(super::Version::V1_6)
+            }
+            #[test]
+            fn containerd_2_2() {
+                super::$name(super::Version::V2_2)
+            }
+        }
+    )*};
+}
+
+mod conf;
+mod restarts;
+mod status;
+mod trace;
+
+on_both!(
+    run_pod_sandbox_gets_the_vmi_as_the_pods_network,
+    a_container_in_the_sandbox_sees_the_interface,
+    stop_pod_sandbox_twice_sends_a_second_del_without_a_netns,
+    netns_removed_by_hand_before_stop,
+    a_runtime_failure_after_the_network_is_up_is_rolled_back,
+    twenty_sandboxes_at_once,
+);
 
 /// The shipped conflist these tests prove.
 const CONFLIST: &str = "netconf/contrail.conflist";
@@ -34,10 +71,10 @@ fn conflist() -> Value {
 /// A pod with one dual-stack VMI on the cluster network, as kube-manager makes for a pod without
 /// network annotations; its simulator and node; containerd with the shipped conflist (declared
 /// after the fixture: it stops what is left while the agent still answers).
-fn cluster_pod(env: &[(&str, &str)]) -> (Fixture, VmiSpec, Containerd) {
+fn cluster_pod(v: Version, env: &[(&str, &str)]) -> (Fixture, VmiSpec, Containerd) {
     let vmi = VmiSpec::new("default", 7).dual_stack();
     let fx = Fixture::new(vec![vmi.clone()]);
-    let cd = Containerd::start(&fx.node, Some(&conflist()), env);
+    let cd = Containerd::start(v, &fx.node, Some(&conflist()), env);
     (fx, vmi, cd)
 }
 
@@ -55,10 +92,11 @@ struct Running {
     host: String,
 }
 
-fn running_pod(env: &[(&str, &str)]) -> Running {
-    let (fx, vmi, cd) = cluster_pod(env);
+fn running_pod(v: Version, env: &[(&str, &str)]) -> Running {
+    let (fx, vmi, cd) = cluster_pod(v, env);
     let id = cd.run_pod(&fx.pod);
     let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
+    assert_cni_version(&cd, &id, v.cni_version());
     Running {
         cd,
         fx,
@@ -132,6 +170,12 @@ fn assert_attached(
         info["cniResult"]["Interfaces"][IFNAME]["Mac"], vmi.mac,
         "{info}"
     );
+    // containerd keeps the sandbox's directory under its CRI plugin's root.
+    let kept = cd.kept(id);
+    assert!(
+        kept.iter().any(|p| p.starts_with(cd.path("root"))),
+        "{kept:?}"
+    );
 
     let netns = cd.netns(id);
     assert!(
@@ -185,6 +229,14 @@ fn assert_attached(
     }
     assert_call_logged(node, "ADD", id, pod);
     (netns, host)
+}
+
+/// The CNI version containerd's libcni spoke to the plugins of the sandbox's network: that of
+/// the result it cached.
+#[track_caller]
+fn assert_cni_version(cd: &Containerd, id: &str, want: &str) {
+    let cached = cd.cached_result(id);
+    assert_eq!(cached["cniVersion"], want, "{cached}");
 }
 
 /// The node's log has a successful call of `command` for the sandbox: the call read the node's
@@ -271,9 +323,8 @@ fn node_links() -> Vec<String> {
 
 /// RunPodSandbox with the plugin as the cluster network: kubelet's view, the pod's eth0, the
 /// agent's registration, then StopPodSandbox and RemovePodSandbox leave nothing.
-#[test]
-fn run_pod_sandbox_gets_the_vmi_as_the_pods_network() {
-    let pod = running_pod(&[]);
+fn run_pod_sandbox_gets_the_vmi_as_the_pods_network(v: Version) {
+    let pod = running_pod(v, &[]);
     let Running { cd, netns, .. } = &pod;
     pod.end();
     // ADD and DEL with the sandbox's netns; RemovePodSandbox stops the sandbox once more: a
@@ -296,9 +347,8 @@ fn run_pod_sandbox_gets_the_vmi_as_the_pods_network() {
 /// A container of the pod (CreateContainer, StartContainer) sees the interface: ExecSync in it
 /// shows eth0 with the VMI's MAC, addresses and default route, and the peer index of the host
 /// end.
-#[test]
-fn a_container_in_the_sandbox_sees_the_interface() {
-    let pod = running_pod(&[]);
+fn a_container_in_the_sandbox_sees_the_interface(v: Version) {
+    let pod = running_pod(v, &[]);
     let Running {
         cd,
         fx,
@@ -359,9 +409,8 @@ fn a_container_in_the_sandbox_sees_the_interface() {
 
 /// StopPodSandbox twice (kubelet repeats it until RemovePodSandbox): the second reaches the
 /// plugin with an empty CNI_NETNS (containerd removed the netns at the first) and succeeds.
-#[test]
-fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns() {
-    let pod = running_pod(&[]);
+fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns(v: Version) {
+    let pod = running_pod(v, &[]);
     pod.stop();
     assert_released(&pod.fx, &pod.host);
     assert!(!Path::new(&pod.netns).exists(), "the first stop removes it");
@@ -379,31 +428,11 @@ fn stop_pod_sandbox_twice_sends_a_second_del_without_a_netns() {
     pod.remove();
 }
 
-/// containerd dies and starts again between RunPodSandbox and StopPodSandbox (an upgrade, a
-/// crash): it finds the sandbox again, ready with the same addresses and no second ADD, and
-/// its StopPodSandbox releases everything.
-#[test]
-fn containerd_restarted_between_run_and_stop() {
-    let mut pod = running_pod(&[]);
-    pod.cd.restart();
-    let again = assert_attached(
-        &pod.cd,
-        &pod.fx.sim,
-        &pod.fx.node,
-        &pod.fx.pod,
-        &pod.vmi,
-        &pod.id,
-    );
-    assert_eq!(again, (pod.netns.clone(), pod.host.clone()));
-    pod.end();
-}
-
 /// Someone removes the pod's netns by hand (`ip netns delete`) while the sandbox runs: the
 /// sandbox's StopPodSandbox still reaches the plugin, whose DEL removes the host end by its
 /// name, the registration and the state.
-#[test]
-fn netns_removed_by_hand_before_stop() {
-    let pod = running_pod(&[]);
+fn netns_removed_by_hand_before_stop(v: Version) {
+    let pod = running_pod(v, &[]);
     let name = view(&pod.netns).name.clone();
     sh("ip", &["netns", "delete", &name]);
     assert!(!Path::new(&pod.netns).exists());
@@ -418,9 +447,8 @@ fn netns_removed_by_hand_before_stop() {
 /// The runtime fails after the network is up (the sandbox's runc cannot create the container):
 /// containerd rolls back with a DEL of the same sandbox, which releases everything; kubelet's
 /// retry, on a working runtime, gets the same VMI.
-#[test]
-fn a_runtime_failure_after_the_network_is_up_is_rolled_back() {
-    let (fx, vmi, cd) = cluster_pod(&[]);
+fn a_runtime_failure_after_the_network_is_up_is_rolled_back(v: Version) {
+    let (fx, vmi, cd) = cluster_pod(v, &[]);
     let err = cd
         .try_run_pod(&fx.pod, BROKEN_RUNTIME)
         .expect_err("RunPodSandbox with a runc that fails");
@@ -460,19 +488,17 @@ fn a_runtime_failure_after_the_network_is_up_is_rolled_back() {
 
 /// 20 pods at once, as kubelet's pod workers start them: every sandbox gets its own VMI (MAC,
 /// addresses, registration); then 20 StopPodSandbox at once leave nothing.
-#[test]
-fn twenty_sandboxes_at_once() {
-    enter_node();
-    let vmis: Vec<VmiSpec> = (1..=20)
-        .map(|n| VmiSpec::new("default", n).dual_stack())
-        .collect();
-    let pods: Vec<PodSpec> = vmis.iter().map(|v| PodSpec::new(vec![v.clone()])).collect();
-    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
-    let mut node = Node::new(&sim);
+fn twenty_sandboxes_at_once(v: Version) {
+    let Pods {
+        vmis,
+        pods,
+        sim,
+        mut node,
+    } = Pods::new(20);
     // Twenty sandboxes at once on a busy 2-core machine: each call's deadline is not this
     // test's subject.
     node.roomy();
-    let cd = Containerd::start(&node, Some(&conflist()), &[]);
+    let cd = Containerd::start(v, &node, Some(&conflist()), &[]);
 
     let runs = pods
         .iter()
@@ -521,6 +547,33 @@ fn twenty_sandboxes_at_once() {
     assert_all_gone(&cd, &sim, &node, &pods, &ids, &hosts);
 }
 
+/// Several pods of one node, each with one dual-stack VMI of the cluster network; the agent
+/// knows them all.
+struct Pods {
+    vmis: Vec<VmiSpec>,
+    pods: Vec<PodSpec>,
+    sim: Sim,
+    node: Node,
+}
+
+impl Pods {
+    fn new(n: u8) -> Pods {
+        enter_node();
+        let vmis: Vec<VmiSpec> = (1..=n)
+            .map(|n| VmiSpec::new("default", n).dual_stack())
+            .collect();
+        let pods: Vec<PodSpec> = vmis.iter().map(|v| PodSpec::new(vec![v.clone()])).collect();
+        let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
+        let node = Node::new(&sim);
+        Pods {
+            vmis,
+            pods,
+            sim,
+            node,
+        }
+    }
+}
+
 /// [`assert_gone`] for several pods of one node.
 #[track_caller]
 fn assert_all_gone(
@@ -544,208 +597,4 @@ fn assert_all_gone(
     assert_eq!(netns_names(), [] as [String; 0]);
     assert_eq!(node_links(), ["lo"]);
     assert_eq!(node.leftovers(), [] as [String; 0]);
-}
-
-/// The sysctls the shipped conflist's `tuning` sets: (key, value).
-fn tuning_sysctls() -> Vec<(String, String)> {
-    let list = conflist();
-    let tuning = list["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["type"] == "tuning")
-        .expect("the shipped conflist chains tuning")
-        .clone();
-    let sysctls = tuning["sysctl"].as_object().unwrap();
-    assert!(!sysctls.is_empty());
-    sysctls
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect()
-}
-
-/// A sysctl in a pod's netns (`net.ipv4.conf.all.arp_notify`).
-fn pod_sysctl(netns: &str, key: &str) -> String {
-    let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    let name = view(netns).name.clone();
-    sh("ip", &["netns", "exec", &name, "cat", &path])
-        .trim()
-        .to_string()
-}
-
-/// containerd starts before the node has a CNI config (the DaemonSet installs it later): its
-/// network is not ready and RunPodSandbox fails without calling anything; once the shipped
-/// conflist is in its CNI config directory, its conf watch picks it up, and a pod gets both of
-/// its plugins: ours (the VMI) and `tuning` (its sysctl, in the pod's netns).
-#[test]
-fn the_shipped_conflist_is_picked_up_by_containerds_conf_watch() {
-    let vmi = VmiSpec::new("default", 7).dual_stack();
-    let fx = Fixture::new(vec![vmi.clone()]);
-    let cd = Containerd::start(&fx.node, None, &[]);
-    let (ready, reason, _) = cd.conditions()["NetworkReady"].clone();
-    assert!(!ready, "NetworkReady without a CNI config ({reason})");
-    let err = cd
-        .try_run_pod(&fx.pod, "")
-        .expect_err("RunPodSandbox without a CNI config");
-    assert!(err.message().contains("cni"), "{err:?}");
-    assert_eq!(cd.calls(), [] as [[String; 5]; 0], "the plugin was called");
-    // containerd keeps the failed sandbox (NOTREADY, with its netns): it cannot stop it
-    // without a network config, and kubelet retries.
-    let failed = cd.pods();
-    assert_eq!(failed.len(), 1, "{failed:?}");
-
-    cd.install_conflist(&conflist());
-    cd.wait_network_ready();
-    // kubelet's retry stops and removes it: DELs of a sandbox the plugin never saw succeed.
-    assert_eq!(kubelet_cleans_up(&cd), [failed[0].id.clone()]);
-    let calls = cd.calls();
-    assert!(
-        !calls.is_empty() && calls.iter().all(|c| c[0] == "DEL" && c[1] == failed[0].id),
-        "{calls:?}"
-    );
-    assert_eq!(netns_names(), [] as [String; 0]);
-    let id = cd.run_pod(&fx.pod);
-    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
-    assert_eq!(cd.cni_plugins(), ["contrail-k8s-cni", "tuning"]);
-    // tuning ran after us, in the pod's netns: its sysctls hold there (not on the node).
-    for (key, value) in tuning_sysctls() {
-        assert_eq!(pod_sysctl(&netns, &key), value, "{key} in the pod");
-        let node_value = std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/")));
-        assert_ne!(node_value.unwrap().trim(), value, "{key} on the node");
-    }
-    end_pod(&cd, &fx, &id, &netns, &host);
-}
-
-/// The node's CNI directory as on a node, shared by the runtime and the plugin: the node-wide
-/// file (`10-contrail.conf`, the plugin's settings) is a network config too, and containerd
-/// takes the first config by name. Alone, it is the pod network (our plugin, no `tuning`); the
-/// shipped conflist installed as `05-contrail.conflist` sorts before it, and containerd's conf
-/// watch switches to it: the next pod gets `tuning` as well. The plugin reads its settings from
-/// the node-wide file all along (the conflist has none).
-#[test]
-fn the_node_wide_file_and_the_conflist_share_the_nodes_cni_directory() {
-    enter_node();
-    let vmis = [1, 2].map(|n| VmiSpec::new("default", n).dual_stack());
-    let pods: Vec<PodSpec> = vmis.iter().map(|v| PodSpec::new(vec![v.clone()])).collect();
-    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &[]);
-    let node = Node::new(&sim);
-    let cd = Containerd::start_in_node_dir(&node);
-    assert_eq!(cd.cni_plugins(), ["contrail-k8s-cni"], "the node-wide file");
-
-    let first = cd.run_pod(&pods[0]);
-    let (netns, first_host) = assert_attached(&cd, &sim, &node, &pods[0], &vmis[0], &first);
-    for (key, value) in tuning_sysctls() {
-        assert_ne!(pod_sysctl(&netns, &key), value, "{key}: no tuning yet");
-    }
-
-    cd.install_conflist_as("05-contrail.conflist", &conflist());
-    wait_for(
-        "containerd's conf watch to load the conflist",
-        BOUND,
-        || cd.cni_plugins() == ["contrail-k8s-cni", "tuning"],
-    );
-    let second = cd.run_pod(&pods[1]);
-    let (netns, second_host) = assert_attached(&cd, &sim, &node, &pods[1], &vmis[1], &second);
-    for (key, value) in tuning_sysctls() {
-        assert_eq!(pod_sysctl(&netns, &key), value, "{key} in the pod");
-    }
-
-    let ids = [first, second];
-    for id in &ids {
-        cd.stop_pod(id);
-        cd.remove_pod(id);
-    }
-    assert_all_gone(&cd, &sim, &node, &pods, &ids, &[first_host, second_host]);
-}
-
-/// A trace context in the runtime's environment (OpenTelemetry's `TRACEPARENT`; libcni hands
-/// its environment on to plugins) reaches the plugin, whose ADD and DEL lines carry its trace
-/// id.
-#[test]
-fn a_traceparent_reaches_the_calls_log_lines() {
-    let trace = "0af7651916cd43dd8448eb211c80319c";
-    let traceparent = format!("00-{trace}-b7ad6b7169203331-01");
-    let pod = running_pod(&[("TRACEPARENT", &traceparent)]);
-    pod.end();
-    let Running { cd, fx, id, .. } = &pod;
-    for command in ["ADD", "DEL"] {
-        let calls = cd.calls_of(command, id);
-        assert_eq!(calls[0][2], traceparent, "what containerd passed");
-        let line = assert_call_logged(&fx.node, command, id, &fx.pod);
-        assert!(line.contains(&format!(" trace={trace}")), "{line}");
-    }
-}
-
-/// A `TRACEPARENT` that is not a valid W3C traceparent is shown escaped and cut short, never
-/// as a trace id; it cannot forge or flood a line, and the call goes on as without it.
-#[test]
-fn an_invalid_traceparent_is_shown_escaped_and_cut_short() {
-    let fx = Fixture::new(vec![VmiSpec::new("default", 1)]);
-    let id = "0af7651916cd43dd8448eb211c80319c";
-    let forged = "2026-01-01T00:00:00.000Z INFO  contrail-k8s-cni[1] ADD forged: ok";
-    let flood = "0".repeat(10_000);
-    let cases: [(String, String); 6] = [
-        (
-            format!("00-{id}-b7ad6b7169203331-01"),
-            format!(" trace={id}"),
-        ),
-        (
-            format!("00-{}-b7ad6b7169203331-01", id.to_uppercase()),
-            format!(
-                " trace=invalid(00-{}-b7ad6b7169203331-01)",
-                id.to_uppercase()
-            ),
-        ),
-        (
-            format!("00-{}-b7ad6b7169203331-01", "0".repeat(32)),
-            " trace=invalid(00-000".into(),
-        ),
-        (
-            format!("00-{id}\n{forged}"),
-            format!(" trace=invalid(00-{id}\\n{forged})"),
-        ),
-        (
-            format!("\u{1b}[2J00-{id}-b7ad6b7169203331-01"),
-            " trace=invalid(\\u{1b}[2J00-".into(),
-        ),
-        (
-            flood.clone(),
-            format!(
-                " trace=invalid({}...({} more bytes))",
-                &flood[..128],
-                10_000 - 128
-            ),
-        ),
-    ];
-    for (traceparent, shown) in &cases {
-        let conf = fx.conf("contrail-k8s-cni");
-        for command in ["ADD", "DEL"] {
-            fx.node
-                .cni(command)
-                .container(&fx.cid)
-                .netns(&fx.ns.path())
-                .ifname(IFNAME)
-                .args(&fx.args())
-                .env("TRACEPARENT", traceparent)
-                .run(&conf)
-                .assert_ok();
-            let log = fx.node.log();
-            let line = log
-                .lines()
-                .rfind(|l| l.contains(&format!("{command} container={}", fx.cid)))
-                .unwrap_or_else(|| panic!("no {command} line:\n{log}"));
-            assert!(line.contains(": ok in"), "{line}");
-            assert!(
-                line.contains(shown.as_str()),
-                "{traceparent:?}: want {shown:?} in {line}"
-            );
-            assert!(line.len() < 1024, "a bounded line: {} bytes", line.len());
-        }
-    }
-    let log = fx.node.log();
-    assert!(
-        !log.lines().any(|l| l.starts_with("2026-01-01")),
-        "a forged line:\n{log}"
-    );
-    fx.assert_nothing_left();
 }
