@@ -1,4 +1,6 @@
-//! What Multus and CNI-Genie really send, and how they react to failures.
+//! What meta-plugins send beyond a network config (requested IPs and MACs), and CNI-Genie's
+//! names and partial rollback, its delegates called one by one. (The real Multus, its rollback
+//! included: `e2e/multus/`.)
 
 use contrail_testkit::*;
 use serde_json::json;
@@ -56,33 +58,6 @@ fn requested_ips_and_macs_are_logged_and_ignored() {
 }
 
 #[test]
-fn multus_dels_every_delegate_after_a_later_one_fails() {
-    let fx = Fixture::new(vec![VmiSpec::new("default", 1), VmiSpec::new("net-a", 2)]);
-    let node = &fx.node;
-    // The third delegate is a network kube-manager made no VMI for (a typo in the pod's
-    // annotation, say): its ADD fails. (Debian's macvlan cannot play this part: its DEL
-    // re-validates the whole config and fails wherever its ADD did.)
-    let delegates = [
-        Delegate::contrail(node, "0.3.1", "contrail-k8s-cni", "eth0"),
-        Delegate::contrail(node, "0.3.0", "net-a", "net1"),
-        Delegate::contrail(node, "0.3.0", "net-typo", "net2"),
-    ];
-    let multus = fx.multus();
-    let (failed, _) = multus
-        .add_all(&delegates)
-        .expect_err("the macvlan delegate must fail");
-    assert_eq!(failed, 2);
-    // Multus DELed net2, net1 and eth0: nothing of the pod is left anywhere.
-    fx.assert_nothing_left();
-    // The retry Kubernetes makes then succeeds from scratch.
-    multus
-        .add_all(&delegates[..2])
-        .unwrap_or_else(|(i, out)| panic!("retry of delegate {i}: {out:?}"));
-    assert_eq!(fx.ns.ifnames(), ["eth0", "lo", "net1"]);
-    multus.del_all(&delegates[..2]);
-}
-
-#[test]
 fn cni_genie_names_and_its_partial_rollback() {
     let vmis = vec![
         VmiSpec::new("default", 1),
@@ -96,9 +71,9 @@ fn cni_genie_names_and_its_partial_rollback() {
         "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={}",
         fx.pod.namespace, fx.pod.name
     );
-    let genie = Multus {
+    let genie = Caller {
         args,
-        ..fx.multus()
+        ..fx.caller()
     };
     let delegates = [
         Delegate::contrail(node, "0.3.0", "contrail-k8s-cni", "eth0"),
