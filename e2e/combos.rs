@@ -196,13 +196,13 @@ impl Run<'_> {
 
     fn add(&mut self, i: usize) {
         let d = self.delegate(&self.shape.attachments[i]);
-        let r = self.fx.multus().call("ADD", &d).assert_ok().json();
+        let r = self.fx.caller().call("ADD", &d).assert_ok().json();
         self.results[i] = Some(r);
     }
 
     fn del(&mut self, i: usize) {
         let d = self.delegate(&self.shape.attachments[i]);
-        self.fx.multus().call("DEL", &d).assert_ok();
+        self.fx.caller().call("DEL", &d).assert_ok();
         self.results[i] = None;
     }
 
@@ -242,7 +242,7 @@ impl Run<'_> {
             let d = self.delegate(&self.shape.attachments[i]);
             let mut d = d;
             d.conf["prevResult"] = self.results[i].clone().unwrap();
-            self.fx.multus().call("CHECK", &d).assert_ok();
+            self.fx.caller().call("CHECK", &d).assert_ok();
         }
         // Exactly one default route per family the default-gw VMI has, on its interface.
         let gw = default_gw(vmis);

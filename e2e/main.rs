@@ -19,7 +19,7 @@ mod hazards;
 mod legacy;
 mod libcni;
 mod metaplugin;
-mod mixed;
+mod multus;
 mod netconf;
 mod ops;
 mod plugin;

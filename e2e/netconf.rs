@@ -1,11 +1,11 @@
 //! The ready-made files in netconf/ are the ones users copy: these tests drive the plugin with
-//! exactly those files, the way Multus would read and pass them, overriding only what points
-//! at this test's simulator and directories (`netconf/genie-pod.yaml` goes through the real
-//! CNI-Genie in `e2e/genie.rs`).
+//! exactly those files, through the real Multus thin (its config, the pod and NADs served by the
+//! API), overriding only what points at this test's simulator and directories
+//! (`netconf/genie-pod.yaml` goes through the real CNI-Genie in `e2e/genie.rs`).
 
-use contrail_testkit::cluster::{multus_ifname, multus_selections};
+use contrail_testkit::cluster::Nad;
 use contrail_testkit::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn netconf(name: &str) -> String {
     std::fs::read_to_string(repo_file("netconf").join(name)).unwrap()
@@ -30,95 +30,46 @@ fn install_node_conf(node: &mut Node) -> Value {
     node.install(serde_json::from_str(&netconf("10-contrail.conf")).unwrap())
 }
 
-/// One entry of the pod's networks annotation, as Multus resolves it.
-struct Selection {
-    namespace: String,
-    network: String,
-    ifname: String,
-    /// The interface the pod asked for (the JSON form's `interface`).
-    interface: Option<String>,
-}
-
 #[test]
 fn multus_pod_from_the_netconf_files() {
-    // The pod and its networks, from netconf/pod.yaml and netconf/networks.yaml.
+    // The pod (netconf/pod.yaml) and its NADs (netconf/networks.yaml), served by the API, and
+    // the real Multus thin with netconf/00-multus.conf on a node whose file is
+    // netconf/10-contrail.conf.
     let pod_doc = &yaml_docs("pod.yaml")[0];
-    let pod_ns = pod_doc["metadata"]["namespace"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    // As Multus reads the annotation (testkit::cluster): net<position> unless the pod asked.
+    let namespace = pod_doc["metadata"]["namespace"].as_str().unwrap();
     let networks = annotation(pod_doc, "k8s.v1.cni.cncf.io/networks");
-    let selections: Vec<Selection> = multus_selections(&networks, &pod_ns)
-        .unwrap()
+    let mut pod = PodSpec::annotated(namespace, &networks);
+    pod.name = pod_doc["metadata"]["name"].as_str().unwrap().to_string();
+    let nads: Vec<Nad> = yaml_docs("networks.yaml")
         .iter()
-        .enumerate()
-        .map(|(i, w)| Selection {
-            namespace: w.namespace.clone(),
-            network: w.name.clone(),
-            ifname: multus_ifname(w, i + 1),
-            interface: w.interface.clone(),
-        })
+        .filter_map(|d| Nad::from_manifest(&serde_json::to_value(d).unwrap()))
         .collect();
-    let nads: Vec<serde_yaml::Value> = yaml_docs("networks.yaml");
-    let nad_config = |s: &Selection| -> Value {
-        let nad = nads
-            .iter()
-            .find(|d| {
-                d["metadata"]["name"].as_str() == Some(&s.network)
-                    && d["metadata"]["namespace"].as_str() == Some(&s.namespace)
-            })
-            .unwrap_or_else(|| panic!("no NAD {}/{} in networks.yaml", s.namespace, s.network));
-        let mut conf: Value =
-            serde_json::from_str(nad["spec"]["config"].as_str().unwrap()).unwrap();
+    for nad in &nads {
+        let conf: Value = serde_json::from_str(nad.config.as_deref().unwrap()).unwrap();
         assert!(
             conf.get("name").is_none(),
             "the shipped NADs rely on Multus injecting the name"
         );
-        conf["name"] = json!(s.network); // what Multus injects: the NAD name, no namespace
-        conf
-    };
-
-    // kube-manager's VMIs: index 0 for the cluster network, then one per selection in order.
-    let mut vmis = vec![VmiSpec::new("default", 1)];
-    for (i, s) in selections.iter().enumerate() {
-        let mut v = VmiSpec::new(&s.network, i as u8 + 2);
-        if let Some(name) = &s.interface {
-            v = v.with("interface", json!(name));
-        }
-        vmis.push(v);
     }
-    let mut pod = PodSpec::new(vmis.clone());
-    pod.namespace = pod_ns;
-    let mut fx = Fixture::with_pod(pod, &[]);
-    install_node_conf(&mut fx.node);
-    let (node, ns) = (&fx.node, &fx.ns);
-
-    // The cluster network delegate from netconf/00-multus.conf, pointed at this test's agent:
-    // it repeats the node's settings, which the plugin accepts as they are the node's.
-    let multus_conf: Value = serde_json::from_str(&netconf("00-multus.conf")).unwrap();
-    let mut cluster = multus_conf["delegates"][0].clone();
+    let sim = Sim::start_cluster(&[&pod], &nads, &[]);
+    let api = KubeApi::of(&sim);
+    let mut node = Node::new(&sim);
+    install_node_conf(&mut node);
+    // The cluster network delegate of 00-multus.conf repeats the node's settings, which the
+    // plugin accepts as they are the node's: pointed at this test's agent and directories.
+    let mut conf: Value = serde_json::from_str(&netconf("00-multus.conf")).unwrap();
     for (k, v) in node.contrail().as_object().unwrap() {
-        cluster["contrail"][k] = v.clone();
+        conf["delegates"][0]["contrail"][k] = v.clone();
     }
-    let mut delegates = vec![Delegate {
-        bin: plugin_bin(),
-        conf: cluster,
-        ifname: "eth0".into(),
-    }];
-    for s in &selections {
-        delegates.push(Delegate {
-            bin: plugin_bin(),
-            conf: nad_config(s),
-            ifname: s.ifname.clone(),
-        });
-    }
-    let multus = fx.multus();
-    multus
-        .add_all(&delegates)
-        .unwrap_or_else(|(i, out)| panic!("delegate {i} failed: {out:?}"));
+    let dirs = CniDirs::new();
+    let multus = Multus::thin(&dirs, &api, &node, conf);
+    let (ns, cid) = (Netns::new(), uuid());
+    let out = multus.call("ADD", &pod, &cid, &ns.path());
+    assert!(out.ok, "{out:?}\n{}", multus.log());
 
-    // eth0 is the cluster VMI; net1, net2 net-a's first and second; net3 net-c; eth5 net-b.
+    // kube-manager's VMIs: index 0 for the cluster network, then one per entry in order.
+    // Multus names them net1, net2 (net-a twice), net3 (other-ns/net-c), eth5 (net-b, asked).
+    let vmis = sim.vmis_made(&pod);
     let expect = [
         ("eth0", 0),
         ("net1", 1),
@@ -136,8 +87,22 @@ fn multus_pod_from_the_netconf_files() {
     }
     assert_eq!(
         ns.default_routes(),
-        [("-4".to_string(), "10.1.0.1".to_string(), "eth0".to_string())]
+        [("-4".into(), vmis[0].gateway.clone().unwrap(), "eth0".into())]
     );
-    multus.del_all(&delegates);
-    fx.assert_nothing_left();
+    let status = api.network_status(&pod);
+    let reported: Vec<(&str, &str)> = status
+        .iter()
+        .map(|e| (e["interface"].as_str().unwrap(), e["mac"].as_str().unwrap()))
+        .collect();
+    let want: Vec<(&str, &str)> = expect
+        .iter()
+        .map(|&(ifname, i)| (ifname, vmis[i].mac.as_str()))
+        .collect();
+    assert_eq!(reported, want);
+
+    let out = multus.call("DEL", &pod, &cid, &ns.path());
+    assert!(out.ok, "{out:?}\n{}", multus.log());
+    assert_eq!(ns.ifnames(), ["lo"]);
+    assert!(!node.pod_dir_exists(&pod));
+    assert_eq!(sim.ports(), []);
 }

@@ -175,10 +175,11 @@ fn a_pod_mixes_a_vhost_user_attachment_a_veth_one_and_macvlan() {
         Delegate::contrail(&d.fx.node, "1.0.0", "net-a", "net2"),
         Delegate::debian(macvlan, "net3"),
     ];
-    let multus = d.fx.multus();
-    multus
-        .add_all(&delegates)
-        .unwrap_or_else(|(i, out)| panic!("delegate {i} failed: {out:?}"));
+    // Each delegate ADDed in turn, as a meta-plugin runs a pod's.
+    let caller = d.fx.caller();
+    for dl in &delegates {
+        caller.call("ADD", dl).assert_ok();
+    }
     let ns = &d.fx.ns;
     // net1 is a socket, not an interface; net2 the veth with its VMI's MAC and address.
     assert_eq!(ns.ifnames(), ["lo", "net2", "net3"]);
@@ -195,10 +196,10 @@ fn a_pod_mixes_a_vhost_user_attachment_a_veth_one_and_macvlan() {
         ])
     );
     for dl in &delegates[..2] {
-        multus.call("CHECK", dl).assert_ok();
+        caller.call("CHECK", dl).assert_ok();
     }
     // DEL of the veth alone: DELETE /vm and the pod's resync never touch the /port port.
-    multus.call("DEL", &delegates[1]).assert_ok();
+    caller.call("DEL", &delegates[1]).assert_ok();
     assert_eq!(
         d.routes(),
         [(vmis[0].uuid.clone(), "POST /port".into(), "pmd".into())]
@@ -207,10 +208,12 @@ fn a_pod_mixes_a_vhost_user_attachment_a_veth_one_and_macvlan() {
         std::fs::read_link(d.link(0)).unwrap(),
         d.pod_dir().join("net1.sock")
     );
-    multus.call("CHECK", &delegates[0]).assert_ok();
+    caller.call("CHECK", &delegates[0]).assert_ok();
     assert_eq!(ns.addrs("net3"), ["192.168.77.5/24"]);
     d.fx.assert_registrations_follow_files();
-    multus.del_all(&delegates);
+    for dl in delegates.iter().rev() {
+        caller.call("DEL", dl).assert_ok();
+    }
     d.assert_nothing_left();
 }
 

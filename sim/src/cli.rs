@@ -111,6 +111,11 @@ pub(crate) struct Args {
     /// agent's line.
     #[arg(long, value_name = "ADDR")]
     pub(crate) kube_api: Option<String>,
+    /// With --kube-api: serve HTTPS there too (a connection that opens with a TLS handshake), as
+    /// the API server does for in-cluster clients: a CA made at start signs the certificate
+    /// for 127.0.0.1; its certificate is written to DIR/ca.crt for the clients to verify with.
+    #[arg(long, value_name = "DIR", requires = "kube_api")]
+    pub(crate) kube_api_tls: Option<PathBuf>,
     /// With --kube-api: the node every pod of --pods is bound to (`spec.nodeName`).
     #[arg(
         long,

@@ -161,3 +161,22 @@ pub(crate) fn vmis(pod_uuid: &str, networks: &[Network]) -> Vec<VmiSpec> {
         })
         .collect()
 }
+
+/// A VMI kube-manager made, as `GET /sim/kube-manager` reports it: in the pod description's own
+/// form, so that a test knows the MAC and address each attachment must get.
+pub(crate) fn made(vmi: &VmiSpec) -> Value {
+    let mut made = Map::new();
+    made.insert("uuid".into(), vmi.uuid.clone().into());
+    made.insert("network".into(), vmi.network.clone().into());
+    made.insert("mac".into(), vmi.mac.clone().into());
+    for (key, value) in [
+        ("ip", &vmi.ip),
+        ("gateway", &vmi.gateway),
+        ("interface", &vmi.interface),
+    ] {
+        if let Some(v) = value {
+            made.insert(key.into(), v.clone().into());
+        }
+    }
+    Value::Object(made)
+}

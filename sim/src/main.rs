@@ -717,9 +717,13 @@ fn main() {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| die(&e.to_string()));
+        let tls = args
+            .kube_api_tls
+            .as_deref()
+            .map(|dir| kube_api::tls_config(dir).unwrap_or_else(|e| die(&e)));
         println!("kube-api listening on {addr}");
         let cluster = Arc::new(cluster);
-        thread::spawn(move || cluster.serve(listener));
+        thread::spawn(move || cluster.serve(listener, tls));
     }
     io::stdout()
         .flush()

@@ -176,7 +176,7 @@ pub(crate) fn load_pods(path: &Path, node: &str) -> Result<(Vec<Pod>, Cluster), 
             }
             Some(annotation) => {
                 let read = kube_manager::networks(&annotation, &spec.namespace, &file.nads);
-                let report = match &read {
+                let mut report = match &read {
                     Ok((_, readings)) => json!({
                         "annotation": annotation,
                         "entries": readings.iter().map(|r| json!({
@@ -188,6 +188,7 @@ pub(crate) fn load_pods(path: &Path, node: &str) -> Result<(Vec<Pod>, Cluster), 
                 };
                 if let Ok((networks, _)) = &read {
                     spec.vmis = kube_manager::vmis(&spec.uuid, networks);
+                    report["vmis"] = spec.vmis.iter().map(kube_manager::made).collect();
                 }
                 Some(report)
             }

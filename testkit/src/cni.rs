@@ -1,12 +1,14 @@
 //! Running a CNI plugin as a runtime does (its environment and stdin), and what it printed.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use crate::bins::plugin_bin;
+use crate::bins::{peer_bin, plugin_bin};
+use crate::files::TempDir;
+use crate::netns::enter_node;
 
 /// What the plugin printed and how it exited.
 #[derive(Debug)]
@@ -97,4 +99,67 @@ fn spawn(wrapper: &[String], bin: &Path, env: &[(&str, &str)], stdin: &[u8]) -> 
     // A plugin that rejects its environment exits before reading stdin, as runtimes allow.
     let _ = child.stdin.take().unwrap().write_all(stdin);
     child
+}
+
+/// The reference plugins of `../shared/peers` (containernetworking/plugins 1.9.1) a node has.
+const REFERENCE_PLUGINS: [&str; 7] = [
+    "bridge",
+    "host-local",
+    "loopback",
+    "macvlan",
+    "ptp",
+    "static",
+    "tuning",
+];
+
+/// A node's CNI directories as a runtime reads them: the network configs (a node's
+/// `/etc/cni/net.d`) and the plugins (`/opt/cni/bin`), with our plugin and the reference
+/// plugins 1.9.1 installed in the latter under their own names, as a node's packages install
+/// them (`../shared/peers` has them with a `cni-` prefix).
+pub struct CniDirs {
+    pub conf: PathBuf,
+    pub bin: PathBuf,
+    _own: Vec<TempDir>,
+}
+
+impl CniDirs {
+    /// Two directories of the test's own.
+    pub fn new() -> CniDirs {
+        enter_node();
+        let (conf, bin) = (TempDir::new(), TempDir::new());
+        let dirs = CniDirs {
+            conf: conf.0.clone(),
+            bin: bin.0.clone(),
+            _own: vec![conf, bin],
+        };
+        dirs.install_plugins();
+        dirs
+    }
+
+    /// Directories the test made (a runtime's private `/etc/cni/net.d` and `/opt/cni/bin`).
+    pub fn at(conf: &Path, bin: &Path) -> CniDirs {
+        let dirs = CniDirs {
+            conf: conf.to_path_buf(),
+            bin: bin.to_path_buf(),
+            _own: Vec::new(),
+        };
+        dirs.install_plugins();
+        dirs
+    }
+
+    fn install_plugins(&self) {
+        let mut plugins = vec![("contrail-k8s-cni".to_string(), plugin_bin())];
+        for name in REFERENCE_PLUGINS {
+            plugins.push((name.to_string(), peer_bin(&format!("cni-{name}"))));
+        }
+        for (name, bin) in plugins {
+            std::os::unix::fs::symlink(&bin, self.bin.join(&name))
+                .unwrap_or_else(|e| panic!("installing {name} in {}: {e}", self.bin.display()));
+        }
+    }
+
+    /// A network config of the node, `<name>` in the config directory.
+    pub fn write_conf(&self, name: &str, conf: &Value) {
+        std::fs::write(self.conf.join(name), conf.to_string()).unwrap();
+    }
 }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::bins::{sh, uuid};
 use crate::cni::Output;
-use crate::multus::Multus;
+use crate::delegate::Caller;
 use crate::netns::{Netns, host_ifname, host_link_exists};
 use crate::node::Node;
 use crate::pod::{PodSpec, VmiSpec};
@@ -102,9 +102,9 @@ impl Fixture {
             .run(conf)
     }
 
-    /// Multus, calling delegates in the pod's sandbox with its CNI_ARGS.
-    pub fn multus(&self) -> Multus<'_> {
-        Multus {
+    /// A caller of delegates in the pod's sandbox, with Multus's CNI_ARGS.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
             node: &self.node,
             container_id: self.cid.clone(),
             netns: self.ns.path(),

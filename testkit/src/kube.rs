@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::bins::sim_bin;
 use crate::files::TempDir;
-use crate::netns::enter_node;
+use crate::netns::{enter_node, private_run};
 use crate::pod::PodSpec;
 use crate::sim::Sim;
 
@@ -30,9 +30,11 @@ impl KubeApi {
     /// The API of the cluster `sim` serves the VMIs of: the same description file.
     pub fn of(sim: &Sim) -> KubeApi {
         enter_node();
+        let dir = TempDir::new();
         let mut child = Command::new(sim_bin())
             .args(["--pods", sim.description().to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0", "--kube-api", "127.0.0.1:0"])
+            .args(["--kube-api-tls", dir.0.to_str().unwrap()])
             .args(["--node-name", NODE_NAME])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -49,9 +51,8 @@ impl KubeApi {
             .strip_prefix("kube-api listening on ")
             .unwrap_or_else(|| panic!("the Kubernetes API did not start: {addr:?}"))
             .to_string();
-        let dir = TempDir::new();
         let api = KubeApi { child, addr, dir };
-        std::fs::write(api.kubeconfig(), api.kubeconfig_text()).unwrap();
+        api.write_kubeconfigs();
         api
     }
 
@@ -60,13 +61,55 @@ impl KubeApi {
         self.dir.0.join("kubeconfig")
     }
 
-    fn kubeconfig_text(&self) -> String {
+    /// The CA its HTTPS certificate is signed by (`--kube-api-tls`), as a cluster's `ca.crt`.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.0.join("ca.crt")
+    }
+
+    /// What an in-cluster client (client-go's `rest.InClusterConfig`, Multus thick's daemon)
+    /// needs, as the kubelet gives it to a pod: the service account mounted at
+    /// `/var/run/secrets/kubernetes.io/serviceaccount` (`token`, `ca.crt`, `namespace`; in a
+    /// private `/run` of the node, see [`private_run`]), and the environment that names the API
+    /// server (HTTPS). Returns that environment.
+    pub fn in_cluster(&self) -> Vec<(String, String)> {
+        private_run();
+        let dir = std::path::Path::new("/run/secrets/kubernetes.io/serviceaccount");
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::copy(self.ca_cert(), dir.join("ca.crt")).unwrap();
+        // The stand-in authenticates no one; client-go only needs a token to send.
+        std::fs::write(dir.join("token"), "test-token").unwrap();
+        std::fs::write(dir.join("namespace"), "kube-system").unwrap();
+        let (host, port) = self.addr.rsplit_once(':').unwrap();
+        vec![
+            ("KUBERNETES_SERVICE_HOST".into(), host.into()),
+            ("KUBERNETES_SERVICE_PORT".into(), port.into()),
+        ]
+    }
+
+    /// A kubeconfig as a node's meta-plugin has one: HTTPS, the server verified against the
+    /// cluster's CA, a token (the stand-in checks none).
+    pub fn https_kubeconfig(&self) -> PathBuf {
+        self.dir.0.join("kubeconfig-https")
+    }
+
+    fn kubeconfig_text(&self, cluster: &str, user: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: \
-             http://{}\nusers:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  \
-             context:\n    cluster: test\n    user: test\ncurrent-context: test\n",
-            self.addr
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n{cluster}\
+             users:\n- name: test\n  user: {user}\ncontexts:\n- name: test\n  \
+             context:\n    cluster: test\n    user: test\ncurrent-context: test\n"
         )
+    }
+
+    fn write_kubeconfigs(&self) {
+        let plain = format!("    server: http://{}\n", self.addr);
+        let tls = format!(
+            "    server: https://{}\n    certificate-authority: {}\n",
+            self.addr,
+            self.ca_cert().display()
+        );
+        std::fs::write(self.kubeconfig(), self.kubeconfig_text(&plain, "{}")).unwrap();
+        let token = "\n    token: test-token";
+        std::fs::write(self.https_kubeconfig(), self.kubeconfig_text(&tls, token)).unwrap();
     }
 
     /// A request of the API's: its status and JSON body.

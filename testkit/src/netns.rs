@@ -91,6 +91,40 @@ pub fn bind_dir(dir: &Path, path: &str) {
     .unwrap_or_else(|e| panic!("mounting {} over {path}: {e}", dir.display()));
 }
 
+/// A `/run` of this node's own (a tmpfs; the node's `/run/netns` and the namespaces in it kept):
+/// for programs that keep things under `/run` at paths they hardcode, such as an in-cluster
+/// Kubernetes client's service account in `/var/run/secrets/kubernetes.io/serviceaccount`.
+/// The machine's `/run` is not a tmpfs everywhere, and a directory made there would outlive the
+/// test. Its other contents are hidden from the node from then on; idempotent.
+pub fn private_run() {
+    use nix::mount::{MsFlags, mount};
+    thread_local! {
+        static DONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if DONE.get() {
+        return;
+    }
+    enter_node();
+    let fail = |what: &str, e: nix::Error| -> ! { panic!("a private /run: {what}: {e}") };
+    let none = None::<&str>;
+    // Aside while the tmpfs goes over /run, then back (a move takes its submounts along).
+    let aside = crate::files::TempDir::new();
+    mount(Some("/run/netns"), &aside.0, none, MsFlags::MS_MOVE, none)
+        .unwrap_or_else(|e| fail("moving /run/netns aside", e));
+    mount(
+        Some("tmpfs"),
+        "/run",
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )
+    .unwrap_or_else(|e| fail("mounting a tmpfs on /run", e));
+    std::fs::create_dir("/run/netns").unwrap();
+    mount(Some(&aside.0), "/run/netns", none, MsFlags::MS_MOVE, none)
+        .unwrap_or_else(|e| fail("moving /run/netns back", e));
+    DONE.set(true);
+}
+
 /// This thread's id: `/proc/<tid>` names this thread's namespaces (`/proc/<pid>` names the main
 /// thread's, which stays in the machine's).
 pub fn thread_id() -> u32 {
@@ -229,7 +263,10 @@ impl HostLink {
 
 impl Drop for HostLink {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        // A plugin may never have made it (a bridge of a network no pod used).
+        if host_link_exists(&self.0) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
     }
 }
 

@@ -136,15 +136,17 @@ impl PodSpec {
         v
     }
 
-    /// CNI_ARGS as kubelet's runtimes send them (containerd, CRI-O: in this order).
+    /// CNI_ARGS as a runtime sends them to its CNI plugin (containerd's and CRI-O's keys; the
+    /// sandbox's container id is `K8S_POD_INFRA_CONTAINER_ID`).
     pub fn runtime_args(&self, container_id: &str) -> String {
         format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};\
+             K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
             self.namespace, self.name, self.uuid
         )
     }
 
-    /// CNI_ARGS exactly as Multus builds them: its own keys, then the runtime's again.
+    /// CNI_ARGS exactly as Multus thin builds them: its own keys, then the runtime's again.
     pub fn multus_args(&self, container_id: &str) -> String {
         let own = format!(
             "K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",

@@ -12,7 +12,7 @@ use crate::bins::sim_bin;
 use crate::cluster;
 use crate::files::TempDir;
 use crate::netns::enter_node;
-use crate::pod::PodSpec;
+use crate::pod::{PodSpec, VmiSpec};
 
 /// The simulator's switches for a DPDK node whose vrouter-dpdk socket directory is
 /// `vr_socket_dir`; its stand-in retries every 50 ms (vrouter-dpdk: 5 s), so that tests wait
@@ -218,6 +218,41 @@ impl Sim {
             "host-ifname": host_ifname, "vm-ifname": vm_ifname, "vn-uuid": vn, "vmi-uuid": vmi});
         let url = format!("http://{}:{}/vm", self.ip, self.port);
         ureq::post(&url).send_json(&port).unwrap();
+    }
+
+    /// The VMIs kube-manager made for `pod`, given by its networks annotation
+    /// ([`PodSpec::annotated`]), in index order (`GET /sim/kube-manager`): the MAC and address
+    /// each of its attachments must get.
+    pub fn vmis_made(&self, pod: &PodSpec) -> Vec<VmiSpec> {
+        let reports = self.get("/sim/kube-manager");
+        let report = reports
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["pod"] == pod.vm_name().as_str())
+            .unwrap_or_else(|| panic!("kube-manager read no annotation of {}", pod.name));
+        let made = report["vmis"]
+            .as_array()
+            .unwrap_or_else(|| panic!("kube-manager made no VMI for {}: {report}", pod.name));
+        made.iter()
+            .map(|v| {
+                let text = |k: &str| v[k].as_str().map(str::to_string);
+                let mut extra = json!({});
+                if let Some(i) = text("interface") {
+                    extra["interface"] = json!(i);
+                }
+                VmiSpec {
+                    uuid: text("uuid").unwrap(),
+                    network: text("network").unwrap(),
+                    mac: text("mac").unwrap(),
+                    ip: text("ip"),
+                    gateway: text("gateway"),
+                    ip6: None,
+                    v6_gateway: None,
+                    extra,
+                }
+            })
+            .collect()
     }
 
     /// The requests a nested node must never send that it received (see the simulator).

@@ -3,7 +3,6 @@
 //! chunked stream of JSON lines.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 
 use serde_json::Value;
 
@@ -36,7 +35,7 @@ impl Request {
 }
 
 /// Reads the next request of a connection; `Ok(None)` when the client closed it.
-pub(crate) fn read_request(r: &mut BufReader<TcpStream>) -> io::Result<Option<Request>> {
+pub(crate) fn read_request(r: &mut BufReader<impl Read>) -> io::Result<Option<Request>> {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         let before = head.len();

@@ -4,8 +4,9 @@
 //! kube-manager makes the VMIs of (`kube_manager.rs`), so that what a meta-plugin reads and what
 //! kube-manager made cannot part ways.
 //!
-//! Plain HTTP/1.1, no authentication, JSON answers (client-go takes JSON where it asked for
-//! protobuf too). What it serves:
+//! HTTP/1.1, plain or (with a TLS configuration, `tls.rs`) HTTPS on the same port, no
+//! authentication, JSON answers (client-go takes JSON where it asked for protobuf too). What it
+//! serves:
 //! - pods: GET one; LIST and WATCH, all or a namespace's, with `fieldSelector`
 //!   (`spec.nodeName`, `metadata.name`, `metadata.namespace`); PUT of the pod or its `status`
 //!   (JSON, or protobuf as client-go sends it: `proto.rs`), which takes the annotations (and a
@@ -24,9 +25,12 @@
 
 mod http;
 mod proto;
+mod tls;
+
+pub(crate) use tls::server_config as tls_config;
 
 use std::collections::BTreeMap;
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -171,14 +175,20 @@ impl Cluster {
         self.objects.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Serves `listener` until the process ends, a thread per connection.
-    pub(crate) fn serve(self: Arc<Cluster>, listener: TcpListener) {
+    /// Serves `listener` until the process ends, a thread per connection; with `tls`, a
+    /// connection that opens with a TLS handshake gets HTTPS.
+    pub(crate) fn serve(
+        self: Arc<Cluster>,
+        listener: TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) {
         for conn in listener.incoming() {
             match conn {
                 Ok(stream) => {
                     let cluster = Arc::clone(&self);
+                    let tls = tls.clone();
                     thread::spawn(move || {
-                        if let Err(e) = cluster.connection(stream) {
+                        if let Err(e) = cluster.connection(stream, tls.as_ref()) {
                             eprintln!("kube-api: {e}");
                         }
                     });
@@ -188,16 +198,29 @@ impl Cluster {
         }
     }
 
-    fn connection(&self, stream: TcpStream) -> io::Result<()> {
-        let mut writer = stream.try_clone()?;
-        let mut reader = BufReader::new(stream);
-        while let Some(req) = http::read_request(&mut reader)? {
+    fn connection(
+        &self,
+        stream: TcpStream,
+        tls: Option<&Arc<rustls::ServerConfig>>,
+    ) -> io::Result<()> {
+        match tls {
+            Some(config) if tls::opens_tls(&stream)? => {
+                tls::serve_tls(config, stream, |s| self.exchange(s))
+            }
+            _ => self.exchange(stream),
+        }
+    }
+
+    /// A connection's requests, answered in turn.
+    fn exchange(&self, stream: impl Read + Write) -> io::Result<()> {
+        let mut conn = BufReader::new(stream);
+        while let Some(req) = http::read_request(&mut conn)? {
             if req.method == "GET" && req.flag("watch") {
                 // A watch holds its connection to the end.
-                return self.watch(&req, &mut writer);
+                return self.watch(&req, conn.get_mut());
             }
             let (status, body) = self.route(&req);
-            http::answer(&mut writer, status, &body)?;
+            http::answer(conn.get_mut(), status, &body)?;
         }
         Ok(())
     }
@@ -490,7 +513,7 @@ impl Cluster {
     }
 
     /// A WATCH, streamed to its end.
-    fn watch(&self, req: &Request, w: &mut TcpStream) -> io::Result<()> {
+    fn watch(&self, req: &Request, w: &mut impl Write) -> io::Result<()> {
         let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
         let (kind, ns) = match segments.as_slice() {
             ["api", "v1", "pods"] => (Kind::Pod, None),
