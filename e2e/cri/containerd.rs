@@ -81,7 +81,18 @@ impl Containerd {
     /// containerd whose CNI config directory is the node's own (the node-wide file's, as
     /// `/etc/cni/net.d` is on a node), with nothing else in it.
     pub fn start_in_node_dir(version: Version, node: &Node) -> Containerd {
-        Containerd::new(version, node, Some(node.conf_dir.0.clone()), None, &[])
+        Containerd::start_in(version, node, &node.conf_dir.0, &[])
+    }
+
+    /// containerd whose CNI config directory is `conf_dir` (one a meta-plugin was installed
+    /// into, say), as it is.
+    pub fn start_in(
+        version: Version,
+        node: &Node,
+        conf_dir: &Path,
+        env: &[(&str, &str)],
+    ) -> Containerd {
+        Containerd::new(version, node, Some(conf_dir.to_path_buf()), None, env)
     }
 
     fn new(

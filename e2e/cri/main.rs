@@ -46,6 +46,7 @@ macro_rules! on_both {
 }
 
 mod conf;
+mod multus;
 mod restarts;
 mod status;
 mod trace;
