@@ -1,5 +1,5 @@
 //! Under the real CNI-Genie (`testkit::Genie`): a pod's networks by NAD (the NPWG annotation)
-//! and by config file (`cni:`, the shipped `netconf/genie-pod.yaml`), mixed with a bridge; Genie's teardown, which DELs every delegate
+//! and by config file (`cni:`, the shipped `examples/genie/pod.yaml`), mixed with a bridge; Genie's teardown, which DELs every delegate
 //! with the runtime's eth0, releasing every Contrail attachment of the pod on a node set to
 //! `"meta-plugin": "genie"`; Genie's "rollback" of a failed ADD (the earlier delegates ADDed
 //! again) then the runtime's DEL; a DEL after the pod object is gone, which Genie answers
@@ -47,14 +47,10 @@ impl Node0 {
 
     /// The pod's VMI at `index` is on `ifname` in the pod: the VMI's MAC and the agent's address.
     #[track_caller]
-    fn attached(&self, ifname: &str, index: usize) -> AgentVmi {
-        let vmi = self.sim.vmis(&self.pod)[index].clone();
+    fn attached(&self, ifname: &str, index: usize) -> VmiSpec {
+        let vmi = self.sim.vmis_made(&self.pod)[index].clone();
         assert_eq!(self.ns.mac(ifname), vmi.mac, "{ifname}");
-        assert_eq!(
-            self.ns.addrs(ifname),
-            [self.sim.address(&self.pod, &vmi)],
-            "{ifname}"
-        );
+        assert_eq!(self.ns.addrs(ifname), [vmi.addr()], "{ifname}");
         vmi
     }
 
@@ -67,7 +63,7 @@ impl Node0 {
             self.node.state_files(&self.pod)
         );
         assert_eq!(self.sim.ports(), []);
-        for v in self.sim.vmis(&self.pod) {
+        for v in self.sim.vmis_made(&self.pod) {
             let tap = host_ifname(&v.uuid);
             wait_for(&format!("{tap} to go"), Duration::from_secs(10), || {
                 !host_link_exists(&tap)
@@ -154,11 +150,11 @@ fn a_pods_networks_by_nad_with_a_bridge_and_genies_teardown_releases_every_contr
 }
 
 #[test]
-fn the_shipped_genie_pod_puts_contrail_beside_calico() {
-    // netconf/genie-pod.yaml: `cni:` names config files, `10-contrail.conf` is `contrail`,
+fn the_genie_example_pod_puts_contrail_beside_calico() {
+    // examples/genie/pod.yaml: `cni:` names config files, `10-contrail.conf` is `contrail`,
     // `15-calico.conf` `calico` (the reference ptp plugin standing in for calico). Calico keeps
     // eth0 and the default route; Contrail's cluster-network VMI is eth1, with no default route.
-    let text = std::fs::read_to_string(repo_file("netconf/genie-pod.yaml")).unwrap();
+    let text = std::fs::read_to_string(repo_file("examples/genie/pod.yaml")).unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let cni = doc["metadata"]["annotations"]["cni"].as_str().unwrap();
     assert_eq!(cni, "calico,contrail");

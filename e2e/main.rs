@@ -20,7 +20,6 @@ mod legacy;
 mod libcni;
 mod metaplugin;
 mod multus;
-mod netconf;
 mod ops;
 mod plugin;
 mod podman;

@@ -135,3 +135,25 @@ fn the_node_wide_file_and_the_conflist_share_the_nodes_cni_directory(v: Version)
     }
     assert_all_gone(&cd, &sim, &node, &pods, &ids, &[first_host, second_host]);
 }
+
+/// `examples/containerd/config.toml` as a node has it: containerd 2.2.7 imports the example's CNI
+/// settings as they are (the node's `/etc/cni/net.d` and `/opt/cni/bin`), where the node-wide
+/// file and the shipped conflist, installed as the example says (`05-contrail.conflist`), sit: a
+/// pod gets the conflist's two plugins at 1.1.0, kubelet's network is ready through the plugins'
+/// STATUS, and the pod's end leaves nothing.
+#[test]
+fn the_containerd_example_is_a_nodes_cni_config() {
+    let vmi = VmiSpec::new("default", 7).dual_stack();
+    let fx = Fixture::new(vec![vmi.clone()]);
+    let cd = Containerd::start_as_example(&fx.node);
+    cd.install_conflist_as("05-contrail.conflist", &conflist());
+    cd.wait_network_ready();
+    assert_eq!(cd.cni_plugins(), ["contrail-k8s-cni", "tuning"]);
+    let id = cd.run_pod(&fx.pod);
+    let (netns, host) = assert_attached(&cd, &fx.sim, &fx.node, &fx.pod, &vmi, &id);
+    assert_cni_version(&cd, &id, "1.1.0");
+    for (key, value) in tuning_sysctls() {
+        assert_eq!(pod_sysctl(&netns, &key), value, "{key} in the pod");
+    }
+    end_pod(&cd, &fx, &id, &netns, &host);
+}

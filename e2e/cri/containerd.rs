@@ -61,6 +61,8 @@ pub struct Containerd {
     pub cgroup_parent: String,
     /// The CRI plugin's CNI config directory (`conf_dir`).
     pub conf_dir: PathBuf,
+    /// Its CNI settings are `examples/containerd/config.toml`'s, imported.
+    example: bool,
     /// CRI `Status` requests sent (containerd 2.2.7 asks the plugin's STATUS on each).
     statuses: Cell<usize>,
 }
@@ -95,11 +97,42 @@ impl Containerd {
         Containerd::new(version, node, Some(conf_dir.to_path_buf()), None, env)
     }
 
+    /// containerd 2.2.7 with the CNI settings of `examples/containerd/config.toml`, imported as
+    /// they are: the node's `/etc/cni/net.d` is the node's CNI directory (the node-wide file's)
+    /// and `/opt/cni/bin` containerd's plugin directory, both of the test's node.
+    pub fn start_as_example(node: &Node) -> Containerd {
+        let mut c = Containerd::prepare(Version::V2_2, node, Some(node.conf_dir.0.clone()), &[]);
+        bind_dir(&c.conf_dir, "/etc/cni/net.d");
+        bind_dir(&c.path("cni-bin"), "/opt/cni/bin");
+        c.example = true;
+        c.write_config();
+        c.run();
+        c.import_image();
+        c
+    }
+
     fn new(
         version: Version,
         node: &Node,
         conf_dir: Option<PathBuf>,
         conflist: Option<&Value>,
+        env: &[(&str, &str)],
+    ) -> Containerd {
+        let mut c = Containerd::prepare(version, node, conf_dir, env);
+        c.write_config();
+        if let Some(list) = conflist {
+            c.install_conflist(list);
+        }
+        c.run();
+        c.import_image();
+        c
+    }
+
+    /// A containerd not yet started: its directories, its environment, its plugins.
+    fn prepare(
+        version: Version,
+        node: &Node,
+        conf_dir: Option<PathBuf>,
         env: &[(&str, &str)],
     ) -> Containerd {
         enter_node();
@@ -122,7 +155,7 @@ impl Containerd {
             node.conf_dir.0.to_str().unwrap().into(),
         ));
         env.push(("PATH".into(), version.search_path(&dir.0.join("shim-bin"))));
-        let mut c = Containerd {
+        let c = Containerd {
             version,
             env,
             child: None,
@@ -135,14 +168,9 @@ impl Containerd {
             conf_dir: conf_dir.unwrap_or_else(|| dir.0.join("cni-conf")),
             dir,
             statuses: Cell::new(0),
+            example: false,
         };
         c.install_plugins();
-        c.write_config();
-        if let Some(list) = conflist {
-            c.install_conflist(list);
-        }
-        c.run();
-        c.import_image();
         c
     }
 
@@ -207,6 +235,10 @@ impl Containerd {
             opt: &self.path("opt"),
             cni_bin: &self.path("cni-bin"),
             cni_conf: &self.conf_dir,
+            cni_import: self
+                .example
+                .then(|| repo_file("examples/containerd/config.toml"))
+                .as_deref(),
         });
         std::fs::write(self.path("config.toml"), config).unwrap();
     }

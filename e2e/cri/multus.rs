@@ -42,14 +42,14 @@ fn containerd_2_2_runs_a_pod_behind_multus_thick() {
         "{}",
         multus.log()
     );
-    let vmis = sim.vmis(&pod);
+    let vmis = sim.vmis_made(&pod);
     for (ifname, vmi) in ["eth0", "net1", "net2"].iter().zip(&vmis) {
         assert_eq!(ns.mac(ifname), vmi.mac, "{ifname}");
-        assert_eq!(ns.addrs(ifname), [sim.address(&pod, vmi)], "{ifname}");
+        assert_eq!(ns.addrs(ifname), [vmi.addr()], "{ifname}");
     }
     // kubelet's view: the sandbox's IP is the cluster network's.
     let ip = status.network.expect("the sandbox's network").ip;
-    assert_eq!(ip, address(&sim.address(&pod, &vmis[0])));
+    assert_eq!(ip, address(&vmis[0].addr()));
     // The pod's network-status, written back by the daemon: every interface with its VMI's MAC.
     let reported = api.network_status(&pod);
     for (ifname, vmi) in ["eth0", "net1", "net2"].iter().zip(&vmis) {

@@ -36,6 +36,8 @@ pub struct Paths<'a> {
     pub opt: &'a Path,
     pub cni_bin: &'a Path,
     pub cni_conf: &'a Path,
+    /// A file whose CNI settings containerd imports instead (2.2.7: `examples/containerd/`).
+    pub cni_import: Option<&'a Path>,
 }
 
 impl Version {
@@ -121,6 +123,10 @@ impl Version {
         let image = toml(IMAGE);
         match self {
             Version::V1_6 => {
+                assert!(
+                    paths.cni_import.is_none(),
+                    "containerd 1.6 imports no CNI settings"
+                );
                 let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
                 format!(
                     "version = 2\n{common}\
@@ -138,16 +144,23 @@ impl Version {
                 // /var/run/nri/nri.sock). `ctr images import` goes through the transfer
                 // service, which unpacks only for the platforms and snapshotters of its
                 // `unpack_config` (by default overlayfs).
+                let (imports, cni) = match paths.cni_import {
+                    Some(file) => (p(file), String::new()),
+                    None => (
+                        String::new(),
+                        cni(&format!("bin_dirs = [{}]", p(paths.cni_bin)), runtime),
+                    ),
+                };
                 format!(
-                    "version = 3\nimports = []\ndisabled_plugins = [\"io.containerd.nri.v1.nri\"]\n\
+                    "version = 3\nimports = [{imports}]\n\
+                     disabled_plugins = [\"io.containerd.nri.v1.nri\"]\n\
                      {common}\
                      [{transfer}]\n  unpack_config = \
                      [{{platform = \"linux/amd64\", snapshotter = \"native\"}}]\n\
                      [{images}]\n  snapshotter = \"native\"\n\
                      [{images}.pinned_images]\n  sandbox = {image}\n\
-                     [{runtime}]\n  restrict_oom_score_adj = true\n{}{}",
+                     [{runtime}]\n  restrict_oom_score_adj = true\n{}{cni}",
                     runtimes(runtime, ""),
-                    cni(&format!("bin_dirs = [{}]", p(paths.cni_bin)), runtime),
                 )
             }
         }

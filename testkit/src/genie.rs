@@ -40,14 +40,17 @@ pub struct Genie {
 }
 
 impl Genie {
-    /// Genie on `node`, reading pods from `api`: the node's node-wide file becomes the shipped
-    /// `netconf/10-contrail.conf` (cniVersion 0.3.1, which Genie can take) with the node's
-    /// settings and `"meta-plugin": "genie"`, and is the cluster network (the first config by
-    /// name after Genie's own).
+    /// Genie on `node`, reading pods from `api`, as `examples/genie/` installs it: the node's
+    /// node-wide file is the example's `10-contrail.conf` (cniVersion 0.3.1, which Genie can
+    /// take; `"meta-plugin": "genie"`) with the node's settings, and is the cluster network (the
+    /// first config by name after Genie's own); Genie's config is the example's `00-genie.conf`
+    /// with its kubeconfig pointed at `api`.
     pub fn install(node: &mut Node, api: &KubeApi) -> Genie {
-        let shipped = std::fs::read_to_string(repo_file("netconf/10-contrail.conf")).unwrap();
-        node.install(serde_json::from_str(&shipped).unwrap());
-        node.set("meta-plugin", json!("genie"));
+        let example = |file: &str| -> Value {
+            let text = std::fs::read_to_string(repo_file("examples/genie").join(file)).unwrap();
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("examples/genie/{file}: {e}"))
+        };
+        node.install(example("10-contrail.conf"));
         bind_dir(&node.conf_dir.0, NET_D);
         let bin = private_dir(BIN);
         let link = |from: &Path, name: &str| {
@@ -58,10 +61,8 @@ impl Genie {
         for p in REFERENCE {
             link(&peer_bin(&format!("cni-{p}")), p);
         }
-        let conf = json!({
-            "cniVersion": "0.4.0", "name": "k8s-pod-network", "type": "genie",
-            "kubernetes": {"kubeconfig": api.kubeconfig()},
-        });
+        let mut conf = example("00-genie.conf");
+        conf["kubernetes"]["kubeconfig"] = json!(api.kubeconfig());
         let genie = Genie {
             conf,
             _bin: bin,

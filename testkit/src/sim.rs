@@ -283,66 +283,6 @@ impl Sim {
     }
 }
 
-/// A VMI as the agent serves it: what kube-manager made for one attachment of a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AgentVmi {
-    pub uuid: String,
-    /// Its `network` annotation (`default` for the cluster network).
-    pub network: String,
-    /// Its `index` annotation's k (0 for the cluster network).
-    pub index: usize,
-    pub mac: String,
-}
-
-impl Sim {
-    /// The VMIs the agent has for `pod`, in index order (`GET /vm-cfg/<vm-name>`): for a pod
-    /// given by its annotation, the ones kube-manager made.
-    pub fn vmis(&self, pod: &PodSpec) -> Vec<AgentVmi> {
-        let cfg = self.get(&format!("/vm-cfg/{}", pod.vm_name()));
-        let mut vmis: Vec<AgentVmi> = cfg
-            .as_array()
-            .unwrap_or_else(|| panic!("the agent has no VMI of {}: {cfg}", pod.vm_name()))
-            .iter()
-            .map(|v| {
-                let annotation = |key: &str| {
-                    v["annotations"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .filter_map(|a| {
-                            a.as_str()?
-                                .strip_prefix(&format!("{{{key}:"))?
-                                .strip_suffix('}')
-                        })
-                        .next()
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                AgentVmi {
-                    uuid: v["id"].as_str().unwrap().to_string(),
-                    network: annotation("network"),
-                    index: annotation("index")
-                        .split('/')
-                        .next()
-                        .unwrap()
-                        .parse()
-                        .unwrap(),
-                    mac: v["mac-address"].as_str().unwrap().to_string(),
-                }
-            })
-            .collect();
-        vmis.sort_by_key(|v| v.index);
-        vmis
-    }
-
-    /// The address (CIDR) the agent gives a registered VMI of `pod`
-    /// (`GET /vm/<vm-uuid>/<vmi-uuid>`).
-    pub fn address(&self, pod: &PodSpec, vmi: &AgentVmi) -> String {
-        let ip = &self.get(&format!("/vm/{}/{}", pod.uuid, vmi.uuid))[0];
-        format!("{}/{}", ip["ip-address"].as_str().unwrap(), ip["plen"])
-    }
-}
-
 impl Drop for Sim {
     fn drop(&mut self) {
         self.stop();
