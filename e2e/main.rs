@@ -1,14 +1,15 @@
 //! The end-to-end tests: the real release binary, run as runtimes run it (environment and stdin,
-//! libcni, podman), each test in a node of its own (private network and mount namespaces, see
-//! `contrail_testkit::enter_node`) against the agent simulator. One test binary with a module per
-//! area; nested mode (`nested.rs`, in a VM) and containerd's CRI (`cri/`, feature `cri`) are
-//! binaries of their own. What each module proves: docs/testing.md.
+//! libcni, podman, CRI-O through crictl), each test in a node of its own (private network and
+//! mount namespaces, see `contrail_testkit::enter_node`) against the agent simulator. One test
+//! binary with a module per area; nested mode (`nested.rs`, in a VM) and containerd's CRI
+//! (`cri/`, feature `cri`) are binaries of their own. What each module proves: docs/testing.md.
 
 mod agent_sim;
 mod agent_sim_port;
 mod budget;
 mod combos;
 mod crash;
+mod crio;
 mod deploy;
 mod dpdk_rig;
 mod examples;
