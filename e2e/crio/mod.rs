@@ -13,6 +13,7 @@
 //! CRI-O's start is `gc.rs`, its restarts `restart.rs`, STATUS `status.rs`.
 
 mod gc;
+mod layouts;
 mod restart;
 mod runtime;
 mod status;

@@ -72,6 +72,8 @@ pub struct Crio {
     pub cgroup_parent: String,
     /// The node's private `/var/lib` and `/var/tmp`.
     _private: [TempDir; 2],
+    /// Its drop-in directory (`--config-dir`): the test's own, empty, or `examples/crio/`'s.
+    config_dir: PathBuf,
 }
 
 impl Crio {
@@ -101,6 +103,7 @@ impl Crio {
             child: None,
             cgroup_parent: format!("/ck8s-crio-{}", tag()),
             _private: private,
+            config_dir: dir.0.join("crio.conf.d"),
             dir,
         };
         crio.write_wrapper();
@@ -118,6 +121,16 @@ impl Crio {
         crio.install("05-contrail.conflist", &shipped_conflist());
         crio.start();
         crio
+    }
+
+    /// With `examples/crio/crio.conf.d/` as its drop-in directory, as it is: its network
+    /// directory is the node's `/etc/cni/net.d` (the node's CNI directory, the node-wide file's)
+    /// and its plugin directory `/opt/cni/bin` (this CRI-O's), both of the test's node.
+    pub fn as_example(&mut self) -> &mut Crio {
+        bind_dir(&self.network_dir, "/etc/cni/net.d");
+        bind_dir(&self.path("bin"), "/opt/cni/bin");
+        self.config_dir = repo_file("examples/crio/crio.conf.d");
+        self
     }
 
     pub fn path(&self, sub: &str) -> PathBuf {
@@ -289,7 +302,7 @@ impl Crio {
             .arg("--config")
             .arg(self.path("crio.conf"))
             .arg("--config-dir")
-            .arg(self.path("crio.conf.d"))
+            .arg(&self.config_dir)
             .env_clear()
             .env("PATH", PATH)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
