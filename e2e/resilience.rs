@@ -130,6 +130,9 @@ fn status_says_whether_the_agent_answers() {
     assert!(out.msg().contains("unreachable"), "{}", out.msg());
 }
 
+/// A pod's attachments as Multus DELs them: in reverse order, each on its network.
+const ATTACHMENTS: [(&str, &str); 3] = [("net2", "net-a"), ("net1", "net-a"), ("eth0", "default")];
+
 #[test]
 fn thirty_two_pods_in_parallel_never_share_a_vmi() {
     let pods: Vec<PodSpec> = (0..32u8)
@@ -180,8 +183,8 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
         for (i, ((pod, ns), cid)) in pods.iter().zip(&spaces).zip(&cids).enumerate() {
             let node = &node;
             s.spawn(move || {
-                for ifname in ["net2", "net1", "eth0"] {
-                    let mut conf = node.netconf("1.0.0", "x");
+                for (ifname, network) in ATTACHMENTS {
+                    let mut conf = node.netconf("1.0.0", network);
                     if i % 2 == 0 {
                         call(node, "DEL", pod, cid, ns, ifname, &conf).assert_ok();
                     } else {
@@ -196,8 +199,8 @@ fn thirty_two_pods_in_parallel_never_share_a_vmi() {
         for ((pod, ns), cid) in pods.iter().zip(&spaces).zip(&cids).skip(1).step_by(2) {
             let node = &node;
             s.spawn(move || {
-                let conf = node.netconf("1.0.0", "x");
-                for ifname in ["net2", "net1", "eth0"] {
+                for (ifname, network) in ATTACHMENTS {
+                    let conf = node.netconf("1.0.0", network);
                     call(node, "DEL", pod, cid, ns, ifname, &conf).assert_ok();
                 }
             });
@@ -226,13 +229,13 @@ fn del_of_one_attachment_while_another_of_the_pod_is_slowly_added() {
         wait_for("net1's claim", std::time::Duration::from_secs(10), || {
             fx.node.state_files(&fx.pod).len() == 2
         });
-        fx.del("eth0", "x").assert_ok();
+        fx.del("eth0", "default").assert_ok();
         slow.join().unwrap();
     });
     assert_eq!(fx.ns.ifnames(), ["lo", "net1"]);
     let ports: Vec<String> = fx.sim.ports().into_iter().map(|p| p.2).collect();
     assert!(ports.contains(&"net1".to_string()), "{ports:?}");
-    fx.del("net1", "x").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
     assert!(!fx.node.pod_dir_exists(&fx.pod));
 }
 
@@ -249,7 +252,7 @@ fn del_of_the_same_attachment_during_its_slow_add_leaves_nothing() {
         wait_for("the claim", std::time::Duration::from_secs(10), || {
             fx.node.state_files(&fx.pod).len() == 1
         });
-        fx.del("eth0", "x").assert_ok();
+        fx.del("eth0", "default").assert_ok();
         assert_eq!(slow.join().unwrap().code(), 102);
     });
     fx.assert_nothing_left();
@@ -281,7 +284,7 @@ fn corrupt_and_unknown_state_files_are_reported_and_left_alone() {
     // net1 cannot know who holds the torn VMI: it takes the next one.
     fx.add("net1", "net-a");
     assert_eq!(fx.ns.mac("net1"), vmis[2].mac);
-    fx.del("net1", "x").assert_ok();
+    fx.del("net1", "net-a").assert_ok();
     node.gc(json!([])).assert_ok();
     assert!(
         dir.join(&vmis[1].uuid).exists() && dir.join(&vmis[0].uuid).exists(),

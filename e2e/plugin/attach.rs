@@ -158,8 +158,8 @@ fn default_gw_annotation_moves_the_default_route() {
         [("-4".into(), "10.2.0.1".into(), "net1".into())]
     );
     assert_eq!(r["routes"], json!([{"dst": "0.0.0.0/0", "gw": "10.2.0.1"}]));
-    for ifname in ["net1", "eth0"] {
-        fx.del(ifname, "x").assert_ok();
+    for (ifname, network) in [("net1", "net-a"), ("eth0", "default")] {
+        fx.del(ifname, network).assert_ok();
     }
 }
 
