@@ -25,7 +25,7 @@ use std::time::Duration;
 use contrail_testkit::*;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::host::{all_processes, private_mount, which};
@@ -333,65 +333,18 @@ impl Containerd {
     /// pause: `-P`) and busybox-static, imported with `ctr` as a node without a registry would.
     fn import_image(&self) {
         let img = self.path("image");
-        let layer = self.path("layer");
-        std::fs::create_dir_all(img.join("blobs/sha256")).unwrap();
-        std::fs::create_dir_all(layer.join("bin")).unwrap();
-        for (from, to) in [
+        for bin in ["/usr/bin/catatonit", "/bin/busybox"] {
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: install {PACKAGES}"
+            );
+        }
+        let files = [
             ("/usr/bin/catatonit", "catatonit"),
             ("/bin/busybox", "bin/busybox"),
-        ] {
-            std::fs::copy(from, layer.join(to))
-                .unwrap_or_else(|e| panic!("{from}: {e}: install {PACKAGES}"));
-        }
-        let layer_tar = self.path("layer.tar");
-        sh(
-            "tar",
-            &[
-                "-C",
-                layer.to_str().unwrap(),
-                "--owner=0",
-                "--group=0",
-                "--numeric-owner",
-                "-cf",
-                layer_tar.to_str().unwrap(),
-                ".",
-            ],
-        );
-        let blob = |bytes: &[u8]| -> Value {
-            let tmp = img.join("blobs/sha256/new");
-            std::fs::write(&tmp, bytes).unwrap();
-            let sum = sh("sha256sum", &[tmp.to_str().unwrap()]);
-            let hex = sum.split_whitespace().next().unwrap();
-            std::fs::rename(&tmp, img.join("blobs/sha256").join(hex)).unwrap();
-            json!({"digest": format!("sha256:{hex}"), "size": bytes.len()})
-        };
-        let layer_blob = blob(&std::fs::read(&layer_tar).unwrap());
-        let config = json!({
-            "architecture": "amd64", "os": "linux",
-            "config": {"Entrypoint": ["/catatonit", "-P"]},
-            "rootfs": {"type": "layers", "diff_ids": [layer_blob["digest"]]},
-        });
-        let with = |mut d: Value, media: &str| {
-            d["mediaType"] = json!(media);
-            d
-        };
-        let manifest = json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": with(blob(config.to_string().as_bytes()),
-                           "application/vnd.oci.image.config.v1+json"),
-            "layers": [with(layer_blob, "application/vnd.oci.image.layer.v1.tar")],
-        });
-        let mut entry = with(
-            blob(manifest.to_string().as_bytes()),
-            "application/vnd.oci.image.manifest.v1+json",
-        );
-        entry["annotations"] = json!({"io.containerd.image.name": IMAGE,
-                                      "org.opencontainers.image.ref.name": "1"});
-        entry["platform"] = json!({"architecture": "amd64", "os": "linux"});
-        let index = json!({"schemaVersion": 2, "manifests": [entry]});
-        std::fs::write(img.join("index.json"), index.to_string()).unwrap();
-        std::fs::write(img.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+        ];
+        let (name, tag) = IMAGE.rsplit_once(':').unwrap();
+        oci_layout(&img, &files, &["/catatonit", "-P"], tag);
         let archive = self.path("image.tar");
         sh(
             "tar",
@@ -416,6 +369,8 @@ impl Containerd {
                 "import",
                 "--snapshotter",
                 "native",
+                "--base-name",
+                name,
                 archive.to_str().unwrap(),
             ],
         );

@@ -65,6 +65,7 @@ pub fn oci_layout(dir: &Path, files: &[(&str, &str)], entrypoint: &[&str], tag: 
         "application/vnd.oci.image.manifest.v1+json",
     );
     entry["annotations"] = json!({"org.opencontainers.image.ref.name": tag});
+    entry["platform"] = json!({"architecture": "amd64", "os": "linux"});
     let index = json!({"schemaVersion": 2, "manifests": [entry]});
     std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
     std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
