@@ -749,19 +749,6 @@ impl Drop for Containerd {
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }
-        for m in procfs::mounts_under(&self.dir.0).iter().rev() {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
-        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten() {
-            let parent = hierarchy
-                .unwrap()
-                .path()
-                .join(self.cgroup_parent.trim_start_matches('/'));
-            // Its sandboxes' cgroups first (runc removes them; a killed one may not have).
-            for sub in std::fs::read_dir(&parent).into_iter().flatten() {
-                let _ = std::fs::remove_dir(sub.unwrap().path());
-            }
-            let _ = std::fs::remove_dir(&parent);
-        }
+        procfs::release_runtime(&self.dir.0, &self.cgroup_parent);
     }
 }

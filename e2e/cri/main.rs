@@ -198,19 +198,7 @@ fn assert_attached(
         ]
     );
 
-    let host = host_ifname(&vmi.uuid);
-    assert!(host_link_exists(&host), "host end {host} missing");
-    let ports = sim.ports();
-    assert!(
-        ports.contains(&(vmi.uuid.clone(), host.clone(), IFNAME.into())),
-        "agent ports: {ports:?}"
-    );
-    let state: Value = serde_json::from_slice(
-        &std::fs::read(node.ports_dir().join(pod.vm_name()).join(&vmi.uuid)).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(state["vm-id"], id, "the state file is the sandbox's");
-    assert_eq!(state["vm-namespace"], netns.as_str());
+    let host = node.assert_recorded(sim, pod, vmi, id, &netns, IFNAME);
 
     // What containerd passed: its netns, the pod's identity in CNI_ARGS.
     let adds = cd.calls_of("ADD", id);

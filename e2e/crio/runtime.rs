@@ -584,17 +584,8 @@ impl Drop for Crio {
                 .args(["-KILL", &pid.to_string()])
                 .status();
         }
-        // The pinned namespaces (busy while anything holds them: detached).
-        for m in procfs::mounts_under(&self.dir.0).iter().rev() {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
-        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten() {
-            let parent = hierarchy
-                .unwrap()
-                .path()
-                .join(self.cgroup_parent.trim_start_matches('/'));
-            remove_cgroup(&parent);
-        }
+        // The pinned namespaces (busy while anything holds them: detached), the cgroups.
+        procfs::release_runtime(&self.dir.0, &self.cgroup_parent);
     }
 }
 
@@ -624,16 +615,6 @@ fn processes_naming(dir: &Path) -> Vec<u32> {
                 .then_some(pid)
         })
         .collect()
-}
-
-/// A cgroup and those below it, the deepest first (a cgroup goes only when it has none).
-fn remove_cgroup(dir: &Path) {
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_cgroup(&e.path());
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }
 
 /// A pod's network namespace that CRI-O pinned, seen through testkit's [`Netns`] by a name in

@@ -10,7 +10,8 @@ use crate::bins::plugin_bin;
 use crate::cni::{Output, run_wrapped};
 use crate::files::TempDir;
 use crate::netns::enter_node;
-use crate::pod::PodSpec;
+use crate::netns::{host_ifname, host_link_exists};
+use crate::pod::{PodSpec, VmiSpec};
 use crate::sim::Sim;
 
 /// One node's plugin setup: a state and log directory, the node-wide file's directory (the
@@ -103,6 +104,33 @@ impl Node {
 
     pub fn ports_dir(&self) -> PathBuf {
         self.config_dir.0.join("ports")
+    }
+
+    /// A sandbox's attachment as the plugin left it on this node: the host end of `vmi`, the
+    /// agent's port of it under that end on `ifname`, and the state file naming the sandbox `id`
+    /// and its `netns`. The host end's name.
+    #[track_caller]
+    pub fn assert_recorded(
+        &self,
+        sim: &Sim,
+        pod: &PodSpec,
+        vmi: &VmiSpec,
+        id: &str,
+        netns: &str,
+        ifname: &str,
+    ) -> String {
+        let host = host_ifname(&vmi.uuid);
+        assert!(host_link_exists(&host), "host end {host} missing");
+        let ports = sim.ports();
+        assert!(
+            ports.contains(&(vmi.uuid.clone(), host.clone(), ifname.into())),
+            "agent ports: {ports:?}"
+        );
+        let file = self.ports_dir().join(pod.vm_name()).join(&vmi.uuid);
+        let state: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        assert_eq!(state["vm-id"], id, "the state file is the sandbox's");
+        assert_eq!(state["vm-namespace"], netns);
+        host
     }
 
     /// The node's log file.

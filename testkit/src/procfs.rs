@@ -15,3 +15,31 @@ pub fn mounts_under(dir: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// What a runtime the test ran leaves in the machine's kernel once its processes are gone: the
+/// mounts below its directory `dir` (its pinned namespaces, its storage), detached, and the
+/// cgroups of `cgroup_parent` in every hierarchy, the deepest first (a cgroup goes only when
+/// it has none below it).
+pub fn release_runtime(dir: &Path, cgroup_parent: &str) {
+    for m in mounts_under(dir).iter().rev() {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", m])
+            .status();
+    }
+    fn remove_cgroup(dir: &Path) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_cgroup(&e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten() {
+        remove_cgroup(
+            &hierarchy
+                .unwrap()
+                .path()
+                .join(cgroup_parent.trim_start_matches('/')),
+        );
+    }
+}
