@@ -416,65 +416,42 @@ impl Budget {
                 t
             }
         };
-        let mut at = 0;
-        let exhausted = |at: u64| NoTurn::Exhausted {
-            ahead: Duration::from_nanos(at.saturating_sub(now)),
-        };
         match class {
             Class::Ip { since } => self.ripen(s, since, limit, &sane, stop)?,
             Class::Ahead | Class::Registration | Class::Poll => {}
         }
         match class {
             Class::Poll | Class::Ip { .. } => {
-                let booked = s
-                    .tat
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                        let (slot, end) = self.rate.poll(sane(tat), now);
-                        at = slot;
-                        (slot <= limit).then_some(end)
-                    });
-                if booked.is_err() {
-                    return Err(exhausted(at));
-                }
+                let at = book(&s.tat, limit, |tat| self.rate.poll(sane(tat), now))
+                    .map_err(|at| exhausted(at, now))?;
                 s.polls.fetch_max(at, Ordering::AcqRel);
                 // The slot in the polls' own time: requests ahead booked from now on push it
                 // back (see `shift`).
                 let own = at.wrapping_sub(s.shift.load(Ordering::Acquire));
-                loop {
-                    let at = own.wrapping_add(s.shift.load(Ordering::Acquire));
-                    let now = now_ns();
-                    if now >= at {
-                        break;
-                    }
-                    if at > limit {
-                        return Err(exhausted(at));
-                    }
-                    nap(Duration::from_nanos(at - now), stop)?;
-                }
+                wait_for(
+                    || own.wrapping_add(s.shift.load(Ordering::Acquire)),
+                    limit,
+                    stop,
+                )?;
             }
             Class::Ahead | Class::Registration => {
                 let first = class == Class::Registration;
                 let polls_waiting = sane(s.polls.load(Ordering::Acquire)) > now;
                 let mut share = 0;
-                let booked = s
-                    .ahead
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |lane| {
-                        let taken = sane(s.share.load(Ordering::Acquire));
-                        // A registration books as if the lane were empty, and the lane's end
-                        // moves back by its slot.
-                        let queue = if first { 0 } else { sane(lane) };
-                        let (slot, end, taken) = self.rate.ahead(queue, taken, now, polls_waiting);
-                        (at, share) = (slot, taken);
-                        let end = if first {
-                            self.rate.displaced(sane(lane), slot)
-                        } else {
-                            end
-                        };
-                        (slot <= limit).then_some(end)
-                    });
-                if booked.is_err() {
-                    return Err(exhausted(at));
-                }
+                let at = book(&s.ahead, limit, |lane| {
+                    let taken = sane(s.share.load(Ordering::Acquire));
+                    // A registration books as if the lane were empty, and the lane's end moves
+                    // back by its slot.
+                    let queue = if first { 0 } else { sane(lane) };
+                    let (slot, end, taken) = self.rate.ahead(queue, taken, now, polls_waiting);
+                    share = taken;
+                    if first {
+                        (slot, self.rate.displaced(sane(lane), slot))
+                    } else {
+                        (slot, end)
+                    }
+                })
+                .map_err(|at| exhausted(at, now))?;
                 // (Concurrent requests may count from the same account: a slot or two more for
                 // the lane, which the admission below still holds to the node's bound.)
                 s.share.fetch_max(share, Ordering::AcqRel);
@@ -492,21 +469,14 @@ impl Budget {
                 // The slot in the lane's own time: registrations booked from now on push it
                 // back (a registration's own slot stays).
                 let own = at.wrapping_sub(s.ahead_shift.load(Ordering::Acquire));
-                loop {
-                    let at = if first {
+                let slot = || {
+                    if first {
                         at
                     } else {
                         own.wrapping_add(s.ahead_shift.load(Ordering::Acquire))
-                    };
-                    let now = now_ns();
-                    if now >= at {
-                        break;
                     }
-                    if at > limit {
-                        return Err(exhausted(at));
-                    }
-                    nap(Duration::from_nanos(at - now), stop)?;
-                }
+                };
+                wait_for(slot, limit, stop)?;
             }
         }
         self.admit(s, limit, &sane, stop)?;
@@ -565,24 +535,46 @@ impl Budget {
     ) -> Result<(), NoTurn> {
         loop {
             let now = now_ns();
-            let mut at = now;
-            let admitted = s
-                .sent
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |sent| {
-                    let (slot, end) = self.rate.admit(sane(sent), now);
-                    at = slot;
-                    (slot <= now).then_some(end)
-                });
-            if admitted.is_ok() {
-                return Ok(());
+            match book(&s.sent, now, |sent| self.rate.admit(sane(sent), now)) {
+                Ok(_) => return Ok(()),
+                Err(at) => wait_for(|| at, limit, stop)?,
             }
-            if at > limit {
-                return Err(NoTurn::Exhausted {
-                    ahead: Duration::from_nanos(at - now),
-                });
-            }
-            nap(Duration::from_nanos(at - now), stop)?;
         }
+    }
+}
+
+/// Books a slot in the queue whose end `end` holds: `next` gives the slot and the queue's new
+/// end from its end. The slot, booked if it is no later than `latest`, else not (`Err`).
+fn book(end: &AtomicU64, latest: u64, mut next: impl FnMut(u64) -> (u64, u64)) -> Result<u64, u64> {
+    let mut at = 0;
+    end.fetch_update(Ordering::AcqRel, Ordering::Acquire, |e| {
+        let (slot, end) = next(e);
+        at = slot;
+        (slot <= latest).then_some(end)
+    })
+    .map(|_| at)
+    .map_err(|_| at)
+}
+
+/// No turn: the slot at `at` lies past the call's budget; it was `now`.
+fn exhausted(at: u64, now: u64) -> NoTurn {
+    NoTurn::Exhausted {
+        ahead: Duration::from_nanos(at.saturating_sub(now)),
+    }
+}
+
+/// Naps until the slot `at()` (which requests booked meanwhile may push back), unless it lies
+/// past `limit`.
+fn wait_for(at: impl Fn() -> u64, limit: u64, stop: &dyn Fn() -> bool) -> Result<(), NoTurn> {
+    loop {
+        let (at, now) = (at(), now_ns());
+        if now >= at {
+            return Ok(());
+        }
+        if at > limit {
+            return Err(exhausted(at, now));
+        }
+        nap(Duration::from_nanos(at - now), stop)?;
     }
 }
 

@@ -43,7 +43,7 @@ fn start<'a>(call: &Call<'a>) -> Result<(Add<'a>, &'a Pod)> {
     warn_about_requests(call.conf, call.env);
     // What the attachment's kind needs of the node is checked before anything (a vhost-user
     // attachment where it cannot work: code 7; nested mode's parent interface).
-    let mut links = Links::new(Kinds::new(&call.conf.contrail))?;
+    let mut links = Links::new(Kinds::new(&call.conf.contrail), call.deadline())?;
     links.ready(&Intent {
         conf: call.conf,
         env: call.env,

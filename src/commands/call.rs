@@ -116,6 +116,11 @@ impl Call<'_> {
         }
     }
 
+    /// When the call's every wait ends: started + poll-timeout x poll-retries.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.started + self.conf.contrail.poll_budget()
+    }
+
     /// The interface of the attachment lock an ADD, or a DEL of this interface, takes.
     pub(crate) fn lock_ifname(&self) -> Option<&IfName> {
         lock_scope(self.conf.contrail.mode, self.interface)
@@ -134,7 +139,7 @@ impl Call<'_> {
         ifname: Option<&IfName>,
     ) -> Result<Lock> {
         let ifname = ifname.map_or("", IfName::as_str);
-        let deadline = self.started + self.conf.contrail.poll_budget();
+        let deadline = self.deadline();
         state
             .lock_attachment(vm_name, self.container_id, ifname, deadline)
             .map_err(Error::locking(

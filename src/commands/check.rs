@@ -57,7 +57,7 @@ fn verify(call: &Call, agent: &Agent, kinds: Kinds, ours: &Ours) -> Result<()> {
     }
     let contrail = &call.conf.contrail;
     let netns = open_netns(&call.env.netns)?;
-    let (mut links, mut ctr) = (Links::new(kinds)?, Socket::open(&netns)?);
+    let (mut links, mut ctr) = (Links::new(kinds, agent.deadline())?, Socket::open(&netns)?);
     for r in &ours.records {
         let ip = registered(agent, links.kinds().registration(r), r)?;
         let spec = interface::describe(r, &ip, contrail.mtu)?;

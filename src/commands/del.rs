@@ -114,7 +114,7 @@ fn remove(call: &Call, state: &StateDir, vm_name: &VmName, held: &[Option<&IfNam
     let locked = |r: &Record| held.iter().any(|h| h.is_none_or(|i| *i == r.ifname));
     ours.records.retain(locked);
     ours.reserved.retain(locked);
-    let result = Links::new(kinds).and_then(|mut links| {
+    let result = Links::new(kinds, agent.deadline()).and_then(|mut links| {
         let removed = ledger::remove(&agent, &mut links, &mut pod, &ours.records, &ours.reserved);
         ledger::close(pod)?;
         removed

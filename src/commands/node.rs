@@ -93,7 +93,7 @@ fn release_where(
         return Ok(());
     };
     let agent = Agent::new(conf, started);
-    let mut links = Links::new(Kinds::new(conf))?;
+    let mut links = Links::new(Kinds::new(conf), agent.deadline())?;
     let (mut released, mut failed) = (0, Vec::new());
     for vm_name in state.pods().map_err(Error::io("reading", dir))? {
         let result = release_in(conf, who, &picked, &agent, &mut links, &state, &vm_name);

@@ -338,56 +338,46 @@ mod tests {
 
     #[test]
     fn unknown_subcommands_and_flags_and_other_mistakes_are_errors() {
-        for (args, words) in [
-            (&["frobnicate"][..], "unrecognized subcommand 'frobnicate'"),
-            (&["help"], "unrecognized subcommand 'help'"),
-            (&["--json"], "unexpected argument '--json'"),
-            (&[], "a subcommand is required"),
+        // Each command line as the shell splits it (no argument has a space).
+        for (line, words) in [
+            ("frobnicate", "unrecognized subcommand 'frobnicate'"),
+            ("help", "unrecognized subcommand 'help'"),
+            ("--json", "unexpected argument '--json'"),
+            ("", "a subcommand is required"),
             (
-                &["install"],
+                "install",
                 "required arguments were not provided:\n  --bin-dir <DIR>",
             ),
+            ("install --bin-dir", "a value is required for '--bin-dir'"),
             (
-                &["install", "--bin-dir"],
-                "a value is required for '--bin-dir'",
-            ),
-            (
-                &["install", "--bin-dir", "--watch"],
+                "install --bin-dir --watch",
                 "a value is required for '--bin-dir <DIR>'",
             ),
+            ("install --bin-dir /b --conf /y", "  --conf-dir <DIR>"),
+            ("install --bin-dir /b --conf-dir /y", "  --conf <FILE>"),
             (
-                &["install", "--bin-dir", "/b", "--conf", "/y"],
-                "  --conf-dir <DIR>",
-            ),
-            (
-                &["install", "--bin-dir", "/b", "--conf-dir", "/y"],
-                "  --conf <FILE>",
-            ),
-            (
-                &["install", "--bin-dir", "/b", "--sweep-grace", "soon"],
+                "install --bin-dir /b --sweep-grace soon",
                 "invalid value 'soon'",
             ),
             (
-                &["install", "--bin-dir", "/b", "--sweep-interval", "1.5"],
+                "install --bin-dir /b --sweep-interval 1.5",
                 "invalid value '1.5'",
             ),
             (
-                &["install", "--bin-dir", "/b", "--sweep-interval", "-1"],
+                "install --bin-dir /b --sweep-interval -1",
                 "a value is required for '--sweep-interval <SECONDS>'",
             ),
             (
-                &["install", "--bin-dir", "/b", "--bin-dir", "/c"],
+                "install --bin-dir /b --bin-dir /c",
                 "cannot be used multiple times",
             ),
-            (
-                &["install", "--bin-dir", "/b", "-w"],
-                "unexpected argument '-w'",
-            ),
-            (&["inspect", "--jsn"], "unexpected argument '--jsn'"),
-            (&["inspect", "json"], "unexpected argument 'json'"),
-            (&["inspect", "--json=yes"], "unexpected value for '--json'"),
+            ("install --bin-dir /b -w", "unexpected argument '-w'"),
+            ("inspect --jsn", "unexpected argument '--jsn'"),
+            ("inspect json", "unexpected argument 'json'"),
+            ("inspect --json=yes", "unexpected value for '--json'"),
         ] {
-            let e = error(args);
+            let args: Vec<&str> = line.split_whitespace().collect();
+            let e = error(&args);
             assert!(
                 e.starts_with("error: ") && e.contains(words),
                 "{args:?}: {e}"

@@ -296,7 +296,8 @@ pub(crate) fn rows(conf: &Contrail) -> Result<Vec<Row>> {
     let dir = &conf.config_dir;
     let mut records = Vec::new();
     let mut rows = Vec::new();
-    let mut links = Links::new(Kinds::new(conf))?;
+    // inspect removes nothing: no wait.
+    let mut links = Links::new(Kinds::new(conf), std::time::Instant::now())?;
     let agent = Agent::new(conf, std::time::Instant::now());
     if let Some(state) = StateDir::existing(dir).map_err(Error::io("opening", dir))? {
         for vm_name in state.pods().map_err(Error::io("reading", dir))? {

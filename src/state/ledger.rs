@@ -166,8 +166,12 @@ pub(crate) enum Registered {
 }
 
 /// Removes a call's attachments (their interfaces, files and registrations) and its
-/// reservations. A record whose interface cannot be deleted keeps its file, for the next DEL;
-/// the first such failure is returned, every one logged.
+/// reservations, with whatever interface a reservation may still have: a failed ADD's has none,
+/// but the attachments of a sandbox whose netns went are made reservations by the first release
+/// in their pod ([`finish_pending`]), while the kernel, which tears a removed netns down on the
+/// machine's one workqueue, may not be done with their host links yet. A record or reservation
+/// whose interface cannot be deleted keeps its file, for the next DEL; the first such failure
+/// is returned, every one logged.
 pub(crate) fn remove(
     agent: &Agent,
     links: &mut Links,
@@ -175,7 +179,10 @@ pub(crate) fn remove(
     records: &[Record],
     reserved: &[Record],
 ) -> Result<()> {
-    let (gone, failed) = delete_links(links, records);
+    let (gone, mut failed) = delete_links(links, records);
+    let (unlinked, unremoved) = delete_links(links, reserved);
+    failed.extend(unremoved);
+    let reserved: Vec<&Record> = unlinked.iter().map(|u| &u.0).collect();
     crash::point(Step::Unlinked);
     release(
         agent,
@@ -185,7 +192,7 @@ pub(crate) fn remove(
         Then::Gone,
         Registered::Maybe,
     )?;
-    for r in reserved {
+    for r in &reserved {
         pod.drop_reservation(&r.vmi_uuid)
             .map_err(Error::io("removing state in", pod.path()))?;
     }

@@ -312,6 +312,15 @@ impl From<Mismatch> for Error {
     }
 }
 
+/// The result's routes: each default route, via its gateway.
+fn routes(defaults: &[(IpNetwork, IpAddr)]) -> Vec<cni::Route> {
+    let each = defaults.iter().map(|(dst, gw)| cni::Route {
+        dst: *dst,
+        gw: Some(*gw),
+    });
+    each.collect()
+}
+
 impl Spec {
     /// The default routes to add: the wanted ones whose destination no other interface of the
     /// pod has a route for already (calico's eth0 under CNI-Genie keeps the pod's default).
@@ -326,32 +335,42 @@ impl Spec {
     /// The CNI result for this interface with the host side's MAC and the default routes that
     /// were added.
     pub fn outcome(&self, host_mac: Option<Mac>, defaults: &[(IpNetwork, IpAddr)]) -> Outcome {
+        let host = Interface {
+            name: self.host_ifname.to_string(),
+            mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
+            mtu: self.mtu,
+            sandbox: None,
+            socket_path: None,
+        };
         Outcome {
-            interfaces: vec![
-                Interface {
-                    name: self.host_ifname.to_string(),
-                    mac: host_mac.map(|m| m.to_string()).unwrap_or_default(),
-                    mtu: self.mtu,
-                    sandbox: None,
-                    socket_path: None,
-                },
-                Interface {
-                    name: self.ifname.to_string(),
-                    mac: self.mac.to_string(),
-                    mtu: self.mtu,
-                    sandbox: Some(self.netns.clone()),
-                    socket_path: None,
-                },
-            ],
+            interfaces: vec![host, self.pod_interface(None)],
             ips: self.ips(1),
-            routes: defaults
-                .iter()
-                .map(|(dst, gw)| cni::Route {
-                    dst: *dst,
-                    gw: Some(*gw),
-                })
-                .collect(),
+            routes: routes(defaults),
             nameservers: self.nameservers.clone(),
+        }
+    }
+
+    /// The CNI result of a vhost-user attachment: no host side and nothing in the pod's
+    /// netns, one interface with `sandbox` (so that Multus copies it and its addresses into
+    /// `network-status`), the VMI's MAC and the socket as the pod sees it; the agent's
+    /// addresses and the routes the application is to use.
+    pub fn vhost_outcome(&self, socket_path: &str) -> Outcome {
+        Outcome {
+            interfaces: vec![self.pod_interface(Some(socket_path.to_string()))],
+            ips: self.ips(0),
+            routes: routes(&self.defaults),
+            nameservers: self.nameservers.clone(),
+        }
+    }
+
+    /// The result's interface in the pod: its name, the VMI's MAC, in the pod's netns.
+    fn pod_interface(&self, socket_path: Option<String>) -> Interface {
+        Interface {
+            name: self.ifname.to_string(),
+            mac: self.mac.to_string(),
+            mtu: self.mtu,
+            sandbox: Some(self.netns.clone()),
+            socket_path,
         }
     }
 
@@ -366,32 +385,6 @@ impl Spec {
                 interface,
             });
         each.collect()
-    }
-
-    /// The CNI result of a vhost-user attachment: no host side and nothing in the pod's
-    /// netns, one interface with `sandbox` (so that Multus copies it and its addresses into
-    /// `network-status`), the VMI's MAC and the socket as the pod sees it; the agent's
-    /// addresses and the routes the application is to use.
-    pub fn vhost_outcome(&self, socket_path: &str) -> Outcome {
-        Outcome {
-            interfaces: vec![Interface {
-                name: self.ifname.to_string(),
-                mac: self.mac.to_string(),
-                mtu: self.mtu,
-                sandbox: Some(self.netns.clone()),
-                socket_path: Some(socket_path.to_string()),
-            }],
-            ips: self.ips(0),
-            routes: self
-                .defaults
-                .iter()
-                .map(|(dst, gw)| cni::Route {
-                    dst: *dst,
-                    gw: Some(*gw),
-                })
-                .collect(),
-            nameservers: self.nameservers.clone(),
-        }
     }
 
     /// Whether the kernel still has what ADD made; the first difference otherwise.

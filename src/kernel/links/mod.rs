@@ -20,6 +20,7 @@ mod vhost_user;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
@@ -139,8 +140,8 @@ pub(crate) trait Kind {
 
     /// Removes the records' host sides (the pod's end goes with them, netns or not); the ones
     /// already gone count as removed. Returns each one that could not be removed, with why.
-    fn remove(&self, host: &mut Socket, records: &[&Record]) -> Vec<Unremoved> {
-        remove_host_links(self, host, records)
+    fn remove(&self, host: &mut Socket, records: &[&Record], until: Instant) -> Vec<Unremoved> {
+        remove_host_links(self, host, records, until)
     }
 
     /// Whether it has an end in the pod's netns.
@@ -295,17 +296,22 @@ impl Kinds {
     }
 }
 
-/// The node's kinds of attachment, and a netlink socket on the host.
+/// The node's kinds of attachment, and a netlink socket on the host, for a call that ends by
+/// `until`.
 pub(crate) struct Links {
     kinds: Kinds,
     host: Socket,
+    until: Instant,
 }
 
 impl Links {
-    pub(crate) fn new(kinds: Kinds) -> Result<Links> {
+    /// For a call whose every wait ends by `until` (the kernel's end of a link a release found
+    /// it tearing down already, see [`Socket::wait_gone`]).
+    pub(crate) fn new(kinds: Kinds, until: Instant) -> Result<Links> {
         Ok(Links {
             kinds,
             host: Socket::host()?,
+            until,
         })
     }
 
@@ -369,9 +375,10 @@ impl Links {
     /// See [`Kind::remove`]: each kind's records together.
     pub(crate) fn remove(&mut self, _: &Seal, records: &[Record]) -> Vec<Unremoved> {
         let mut failed = Vec::new();
+        let until = self.until;
         for (which, records) in Which::grouped(records) {
             let (kind, host) = self.with_host(which);
-            failed.extend(kind.remove(host, &records));
+            failed.extend(kind.remove(host, &records, until));
         }
         failed
     }
@@ -490,10 +497,14 @@ fn take_leftover(site: &mut Site, record: &Record, link: Option<Link>, kind: &st
     clippy::disallowed_methods,
     reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
 )]
+/// Deletes the records' host links, and waits (until `until`) for the kernel to be done with
+/// those it was tearing down already: what a release returns is final, and a new sandbox's ADD
+/// of the same attachment finds its host name free.
 fn remove_host_links<K: Kind + ?Sized>(
     kind: &K,
     host: &mut Socket,
     records: &[&Record],
+    until: Instant,
 ) -> Vec<Unremoved> {
     let mut doomed: Vec<(&Record, HostLink)> = Vec::new();
     for &r in records {
@@ -524,7 +535,8 @@ fn remove_host_links<K: Kind + ?Sized>(
         doomed.push((r, link));
     }
     let names: Vec<&str> = doomed.iter().map(|(_, l)| l.name.as_str()).collect();
-    host.delete_links(&names)
+    let failed: Vec<Unremoved> = host
+        .delete_links(&names)
         .into_iter()
         .filter_map(|(name, e)| {
             let (r, _) = doomed.iter().find(|(_, l)| l.name == name)?;
@@ -534,7 +546,17 @@ fn remove_host_links<K: Kind + ?Sized>(
                 error: Error::from(e),
             })
         })
-        .collect()
+        .collect();
+    let deleted: Vec<&str> = names
+        .into_iter()
+        .filter(|n| !failed.iter().any(|u| u.link == *n))
+        .collect();
+    for name in host.wait_gone(&deleted, until) {
+        log::warn!(
+            "{name}: the kernel is still tearing it down (its pod's netns went) at the deadline"
+        );
+    }
+    failed
 }
 
 fn seen(l: Link) -> LinkSeen {

@@ -10,6 +10,7 @@
 )]
 
 use std::path::Path;
+use std::time::Instant;
 
 use serde_json::{Map, Value};
 
@@ -162,7 +163,7 @@ impl Kind for VhostUser {
         vhost::create(&self.dirs, &self.paths(record, true)?)
     }
 
-    fn remove(&self, _: &mut Socket, records: &[&Record]) -> Vec<Unremoved> {
+    fn remove(&self, _: &mut Socket, records: &[&Record], _: Instant) -> Vec<Unremoved> {
         records
             .iter()
             .filter_map(|r| {

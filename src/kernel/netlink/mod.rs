@@ -13,6 +13,7 @@ mod tests;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{
@@ -215,6 +216,33 @@ impl Socket {
             })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until no link of `names` is left in this socket's netns, or `until`; the names
+    /// still there then. A link the kernel is already unregistering (a veth whose peer's netns
+    /// is being torn down, on the machine's one cleanup workqueue) is not found by
+    /// RTM_DELLINK, yet listed for a while; and an unregistered link's `/sys/class/net` entry
+    /// goes only an RCU grace period after netlink stops listing it, while a new link of its
+    /// name cannot be made ("File exists"). Gone is both: none listed, no entry (the sysfs of
+    /// the host the plugin runs in is its netns's).
+    pub fn wait_gone(&mut self, names: &[&str], until: Instant) -> Vec<String> {
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let left: Vec<String> = names
+                .iter()
+                .filter(|n| {
+                    !matches!(self.link(n), Ok(None))
+                        || std::path::Path::new("/sys/class/net").join(n).exists()
+                })
+                .map(|n| n.to_string())
+                .collect();
+            let now = Instant::now();
+            if left.is_empty() || now >= until {
+                return left;
+            }
+            std::thread::sleep(pause.min(until - now));
+            pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
 
