@@ -1,9 +1,10 @@
 //! What a DPDK pod's tenant, the pod itself and a runtime can reach through a vhost-user
 //! attachment (docs/security.md): only their own attachment. A NAD naming another attachment's
 //! device-info file is refused and that file never touched; whatever a pod puts at the names
-//! the plugin uses in its directory, before ADD or before DEL, GC or the sweep, the release
-//! completes, follows nothing and leaves what is not the plugin's, and `inspect` says so; a
-//! runtime's wrong `K8S_POD_UID` reaches no other pod's directory.
+//! the plugin uses in its directory, before ADD or before DEL, GC, the sweep or a newer
+//! sandbox's takeover, every release completes, removes the same pieces (the node's `uvh_vif_`
+//! link, the device-info file), follows nothing and leaves what is not the plugin's, and
+//! `inspect` says so; a runtime's wrong `K8S_POD_UID` reaches no other pod's directory.
 
 use std::os::unix::fs::{FileTypeExt, symlink};
 use std::os::unix::net::UnixListener;
@@ -140,7 +141,7 @@ impl Plant {
 }
 
 /// An attachment of the fixture's pod in a sandbox of its own (its container id and netns),
-/// so that one fixture serves every case.
+/// so that one fixture serves every case, with the device-info file Multus asks for.
 struct Sandbox {
     cid: String,
     ns: Netns,
@@ -155,8 +156,17 @@ impl Sandbox {
     }
 
     fn call(&self, d: &Dpdk, command: &str) -> Output {
-        let conf = d.conf("dpdk-net");
+        let mut conf = d.conf("dpdk-net");
+        conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": self.device_info(d)});
         d.fx.call_in(&self.cid, &self.ns.path(), command, "net1", &conf)
+    }
+
+    /// Its attachment's device-info file, as Multus names it.
+    fn device_info(&self, d: &Dpdk) -> PathBuf {
+        d.devinfo
+            .0
+            .join("cni")
+            .join(format!("dpdk-net-{}_net1", self.cid))
     }
 }
 
@@ -170,13 +180,26 @@ enum Release {
     Sweep,
 }
 
-/// The node holds nothing of the attachment: no registration, no state, no `uvh_vif_` link.
+/// The node holds nothing of the attachment: no registration, no state, no `uvh_vif_` link,
+/// no device-info file.
 #[track_caller]
 fn assert_released(d: &Dpdk, case: &str) {
     assert_eq!(d.fx.sim.ports(), [], "{case}: port left registered");
     assert!(!d.fx.node.pod_dir_exists(&d.fx.pod), "{case}: state left");
     assert_eq!(d.links(), [] as [String; 0], "{case}: uvh_vif_ link left");
+    assert_eq!(
+        device_infos(d),
+        [] as [String; 0],
+        "{case}: device-info left"
+    );
     assert_eq!(d.fx.sim.violations(), [] as [Value; 0], "{case}");
+}
+
+/// The files in the node's device-info directory.
+fn device_infos(d: &Dpdk) -> Vec<String> {
+    let dir = std::fs::read_dir(d.devinfo.0.join("cni"));
+    let names = dir.into_iter().flatten().map(|e| e.unwrap().file_name());
+    names.map(|n| n.to_string_lossy().into_owned()).collect()
 }
 
 /// `inspect`'s row for the pod's directory under `vhost-dir`.
@@ -257,6 +280,64 @@ fn whatever_a_pod_puts_at_the_plugins_names_every_release_completes_and_leaves_i
         if let Some(w) = watch {
             w.terminate();
         }
+    }
+    d.assert_nothing_left();
+}
+
+/// A newer sandbox of the pod that takes the attachment over (the same network and interface:
+/// the VMI is the older sandbox's until then) releases what the older one had as DEL, GC and
+/// the sweep would: its `uvh_vif_` link and device-info file go whatever the pod left in its
+/// directory, and what the pod left stays. Where the pod's plant is in the way of the newer
+/// attachment its ADD fails and leaves nothing of either; the older sandbox's late DEL reaches
+/// nothing of the newer one's.
+#[test]
+fn a_newer_sandbox_taking_the_attachment_over_releases_the_older_ones_whatever_the_pod_left() {
+    let d = Dpdk::new(vec![VmiSpec::new("dpdk-net", 1)], true);
+    let victim = Victim::new();
+    for plant in Plant::all() {
+        let case = format!("{plant:?} before a takeover");
+        let older = Sandbox::new();
+        older.call(&d, "ADD").assert_ok();
+        assert!(older.device_info(&d).exists(), "{case}");
+        if plant.leaves_room_for_the_socket() {
+            drop(UnixListener::bind(d.pod_dir().join("net1.sock")).unwrap());
+        }
+        plant.put(&d, &victim);
+        let newer = Sandbox::new();
+        let out = newer.call(&d, "ADD");
+        assert!(
+            !older.device_info(&d).exists(),
+            "{case}: the older device-info left: {out:?}"
+        );
+        if matches!(plant, Plant::At("net1.sock", _)) {
+            // The application makes the socket: nothing of the plugin's is in the way.
+            assert!(out.ok, "{case}: {out:?}");
+            assert_eq!(device_infos(&d).len(), 1, "{case}");
+            assert_eq!(d.links().len(), 1, "{case}");
+        } else {
+            assert_eq!(out.code(), INTERFACE, "{case}: {out:?}");
+            assert!(
+                out.msg().contains("must remove it"),
+                "{case}: {}",
+                out.msg()
+            );
+            assert_eq!(d.fx.sim.ports(), [], "{case}: port left registered");
+            assert_eq!(d.links(), [] as [String; 0], "{case}: uvh_vif_ link left");
+            assert_eq!(device_infos(&d), [] as [String; 0], "{case}");
+        }
+        let (links, ports) = (d.links(), d.fx.sim.ports());
+        older.call(&d, "DEL").assert_ok();
+        assert_eq!(
+            (d.links(), d.fx.sim.ports()),
+            (links, ports),
+            "{case}: older DEL"
+        );
+        newer.call(&d, "DEL").assert_ok();
+        assert_released(&d, &case);
+        victim.assert_untouched(&case);
+        assert!(plant.is_there(&d), "{case}: the takeover removed the pod's");
+        let _ = std::fs::remove_file(d.pod_dir());
+        let _ = std::fs::remove_dir_all(d.pod_dir());
     }
     d.assert_nothing_left();
 }

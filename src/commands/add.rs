@@ -187,8 +187,10 @@ impl Add<'_> {
             prior,
             took_over: false,
         };
-        // The OpenSDN Go plugin's links of the attachments taken over: named its way, not as this
-        // plugin names the VMI's, so no new link replaces them.
+        // The older sandboxes' attachments taken over, released as DEL, GC and the sweep would
+        // (their links, whatever a new one of the same name would replace, and their pieces
+        // outside the state: a vhost-user attachment's device-info file), once their files are
+        // this call's claims.
         let mut displaced = Vec::new();
         let mut records = Vec::with_capacity(wanted.len());
         for w in &wanted {
@@ -209,9 +211,7 @@ impl Add<'_> {
                         ""
                     }
                 );
-                if old.is_legacy() && files.records.contains(old) {
-                    displaced.push(old.clone());
-                }
+                displaced.push(old.clone());
             }
             let contrail = &self.conf.contrail;
             let host_ifname = self.links.host_name(contrail, &w.vmi.uuid);
@@ -226,7 +226,7 @@ impl Add<'_> {
             claimed.records.push(ledger::write(pod, record)?);
         }
         for e in ledger::unlink(&mut self.links, &displaced) {
-            log::warn!("taking over from the OpenSDN Go plugin's sandbox: {e}");
+            log::warn!("releasing what an older sandbox of the pod had: {e}");
         }
         Ok(claimed)
     }

@@ -256,9 +256,9 @@ pub(crate) fn undo(
 
 /// Deletes records' host links outside a release: the ones a failed ADD made when the pod's
 /// state cannot be locked or read (they go all the same; their records stay, for the next DEL),
-/// or the OpenSDN Go plugin's links of attachments a newer sandbox of the pod took over (their
-/// records were just rewritten as its claims; named the Go plugin's way, no new link replaces
-/// them). Returns every failure.
+/// or the attachments a newer sandbox of the pod took over (their records were just rewritten
+/// as its claims): each kind's [`Links::remove`], so that a takeover releases the same pieces
+/// as DEL, GC and the sweep. Returns every failure.
 pub(crate) fn unlink(links: &mut Links, records: &[Record]) -> Vec<Error> {
     let (_, failed) = delete_links(links, records);
     failed.into_iter().map(|u| u.error).collect()

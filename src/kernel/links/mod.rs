@@ -492,14 +492,13 @@ fn take_leftover(site: &mut Site, record: &Record, link: Option<Link>, kind: &st
 
 /// [`Kind::remove`] of a kind with host links, by name. A Go plugin's link goes only when it
 /// is of the kind it made: a link of that name that is something else is not the attachment's,
-/// and is left alone.
+/// and is left alone. Then waits (until `until`) for the kernel to be done with the links it
+/// was tearing down already: what a release returns is final, and a new sandbox's ADD of the
+/// same attachment finds its host name free.
 #[allow(
     clippy::disallowed_methods,
     reason = "kernel::links makes and removes the ledger's links (its creators and removers take the ledger's Seal)"
 )]
-/// Deletes the records' host links, and waits (until `until`) for the kernel to be done with
-/// those it was tearing down already: what a release returns is final, and a new sandbox's ADD
-/// of the same attachment finds its host name free.
 fn remove_host_links<K: Kind + ?Sized>(
     kind: &K,
     host: &mut Socket,
