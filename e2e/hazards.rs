@@ -36,7 +36,12 @@ fn at_once(calls: Vec<Box<dyn FnOnce() -> Output + Send + '_>>) -> Vec<Output> {
 #[track_caller]
 fn assert_clean(fx: &Fixture, round: impl std::fmt::Display) {
     fx.assert_nothing_left();
-    assert_eq!(fx.node.leftovers(), [] as [String; 0], "round {round}");
+    let left = fx.node.leftovers();
+    assert!(
+        left.is_empty(),
+        "round {round}: {left:?}\n{}",
+        fx.node.warnings()
+    );
 }
 
 fn one_vmi() -> Fixture {

@@ -116,6 +116,9 @@ pub(crate) struct Sizes {
     /// Pods of section 9's storm, and the quiet node's samples.
     pub(crate) storm_pods: usize,
     pub(crate) quiet: usize,
+    /// Interleaved pairs of storms (this build, a poll every 21 ms) for the storm's paired row:
+    /// 6 is the fewest whose min to max is a 95% interval of the median.
+    pub(crate) storm_pairs: usize,
 }
 
 impl Sizes {
@@ -134,6 +137,7 @@ impl Sizes {
                 node_sizes: vec![1, 4, 8],
                 storm_pods: 8,
                 quiet: 4,
+                storm_pairs: 1,
             }
         } else {
             Sizes {
@@ -149,6 +153,7 @@ impl Sizes {
                 node_sizes: vec![1, 10, 50, 110],
                 storm_pods: 110,
                 quiet: 40,
+                storm_pairs: 6,
             }
         }
     }

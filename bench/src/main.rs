@@ -175,21 +175,29 @@ fn setup(opts: Opts) -> R<Ctx> {
 }
 
 /// Section 9: the storm under each polling policy, and the quiet node under each but the busy
-/// machine's, in one run.
-fn node_under_load(cx: &Ctx) -> R<(Vec<storm::Storm>, Vec<storm::Quiet>)> {
+/// machine's, in one run. This build's storm and the one with a poll every 21 ms come first, in
+/// `storm_pairs` interleaved pairs (the first pair's are the tables'), for the paired row.
+fn node_under_load(cx: &Ctx) -> R<storm::Load> {
     use storm::{Policy, Role};
     let o = &cx.opts;
-    let policies = [
+    let pair = [
         (Role::This, Some(&o.plugin)),
+        (Role::FixedPeriod, Some(&o.previous)),
+    ];
+    let rest = [
         (Role::ThisBusy, Some(&o.plugin)),
         (Role::Before, Some(&o.before)),
-        (Role::FixedPeriod, Some(&o.previous)),
         (Role::Legacy, None),
     ];
+    let runs = (0..cx.sizes.storm_pairs).flat_map(|_| pair).chain(rest);
     let nss: Vec<Netns> = cx.storm_pods.iter().map(|_| Netns::new()).collect();
-    let mut storms = Vec::new();
-    let mut quiets = Vec::new();
-    for (role, bin) in policies {
+    let mut load = storm::Load {
+        storms: Vec::new(),
+        quiets: Vec::new(),
+        pairs: Vec::new(),
+    };
+    let mut this_whole = None;
+    for (role, bin) in runs {
         let policy = Policy {
             role,
             bin: bin.map(PathBuf::as_path),
@@ -200,13 +208,27 @@ fn node_under_load(cx: &Ctx) -> R<(Vec<storm::Storm>, Vec<storm::Quiet>)> {
             NODE_ATTACHMENTS.len(),
             policy.name()
         );
-        storms.push(storm::storm(cx, policy, &cx.storm_pods, &nss)?);
+        let storm = storm::storm(cx, policy, &cx.storm_pods, &nss)?;
+        match role {
+            Role::This => this_whole = Some(storm.whole_s),
+            Role::FixedPeriod => {
+                let ours = this_whole
+                    .take()
+                    .ok_or("a pair without this build's storm")?;
+                load.pairs.push((ours, storm.whole_s));
+            }
+            _ => {}
+        }
+        if load.storms.iter().any(|s| s.role == role) {
+            continue;
+        }
+        load.storms.push(storm);
         if role != Role::ThisBusy {
             eprintln!("  quiet node: {}", policy.name());
-            quiets.push(storm::quiet(cx, policy, cx.sizes.quiet)?);
+            load.quiets.push(storm::quiet(cx, policy, cx.sizes.quiet)?);
         }
     }
-    Ok((storms, quiets))
+    Ok(load)
 }
 
 // ------------------------------------------------------------------------------ main
@@ -224,8 +246,8 @@ fn run(opts: Opts) -> R<()> {
     }
     if cx.opts.storm_only {
         eprintln!("bench: 9. the node under load, alone");
-        let (storms, quiets) = node_under_load(&cx)?;
-        eprintln!("{}", report::load::load_only(&storms, &quiets));
+        let load = node_under_load(&cx)?;
+        eprintln!("{}", report::load::load_only(&load));
         return Ok(());
     }
     eprintln!("bench: 1-3. one attachment: contrail-k8s-cni, ptp + static, raw netlink");
@@ -241,7 +263,7 @@ fn run(opts: Opts) -> R<()> {
     eprintln!("bench: 8. readiness lag");
     let ready = readiness(&cx)?;
     eprintln!("bench: 9. the node under load: polling policies");
-    let (storms, quiets) = node_under_load(&cx)?;
+    let load = node_under_load(&cx)?;
     let sizes_kb = vec![
         ("contrail-k8s-cni".into(), kb(&cx.opts.plugin)),
         (
@@ -258,8 +280,7 @@ fn run(opts: Opts) -> R<()> {
         parallel,
         node,
         ready,
-        storms,
-        quiets,
+        load,
         sizes_kb,
         warmup: cx.sizes.warmup,
         workers: cx.sizes.ready_workers,

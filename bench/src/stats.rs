@@ -44,3 +44,84 @@ impl Rng {
         (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n
     }
 }
+
+/// A median with its distribution-free confidence interval: between two order statistics of
+/// the sample, chosen from the binomial(n, 1/2) distribution of how many values fall below the
+/// true median (no assumption about the distribution itself).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Interval {
+    pub(crate) n: usize,
+    pub(crate) median: f64,
+    pub(crate) low: f64,
+    pub(crate) high: f64,
+    /// The interval's coverage, at least [`COVERAGE`] (the order statistics make it discrete).
+    pub(crate) coverage: f64,
+}
+
+/// The coverage asked of an [`Interval`].
+pub(crate) const COVERAGE: f64 = 0.95;
+
+/// The median of `v` and its interval of at least [`COVERAGE`]; `None` when `v` is too small
+/// to have one (fewer than 6 values: even min to max covers less).
+pub(crate) fn median_interval(v: &[f64]) -> Option<Interval> {
+    let n = v.len();
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    // P(B <= j) for B ~ binomial(n, 1/2), from the log of each term (n may be in the hundreds).
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let mut ln_choose = 0.0f64;
+    let mut below = 0.0f64;
+    // The largest k with P(B <= k - 1) <= (1 - COVERAGE) / 2: [s[k-1], s[n-k]] (1-based k).
+    let mut k = 0;
+    for j in 0..n {
+        if j > 0 {
+            ln_choose += ((n - j + 1) as f64 / j as f64).ln();
+        }
+        let next = below + (ln_choose + ln_half_n).exp();
+        if next > (1.0 - COVERAGE) / 2.0 {
+            break;
+        }
+        below = next;
+        k = j + 1;
+    }
+    if k == 0 {
+        return None;
+    }
+    Some(Interval {
+        n,
+        median: stats(v).median,
+        low: s[k - 1],
+        high: s[n - k],
+        coverage: 1.0 - 2.0 * below,
+    })
+}
+
+/// `a[i] - factor * b[i]` for each pair of measurements of one iteration.
+pub(crate) fn paired(a: &[f64], b: &[f64], factor: f64) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a - factor * b).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_is_the_textbook_one() {
+        // n = 6: min to max, coverage 1 - 2/64.
+        let six: Vec<f64> = (1..=6).map(f64::from).collect();
+        let i = median_interval(&six).unwrap();
+        assert_eq!((i.low, i.high), (1.0, 6.0));
+        assert!((i.coverage - (1.0 - 2.0 / 64.0)).abs() < 1e-12);
+        assert!(median_interval(&six[..5]).is_none());
+        // n = 100: the 40th and 61st values (Conover's table), coverage 0.9648.
+        let hundred: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let i = median_interval(&hundred).unwrap();
+        assert_eq!((i.low, i.high, i.median), (40.0, 61.0, 50.5));
+        assert!((i.coverage - 0.9648).abs() < 1e-3, "{}", i.coverage);
+    }
+
+    #[test]
+    fn pairs_are_taken_per_iteration() {
+        assert_eq!(paired(&[3.0, 5.0], &[2.0, 4.0], 0.5), [2.0, 3.0]);
+    }
+}

@@ -141,6 +141,15 @@ pub(crate) struct Storm {
     pub(crate) problems: Vec<String>,
 }
 
+/// Section 9's results: one storm per policy and the quiet node per policy for the tables, and
+/// for the storm's paired row, the time until every pod was whole (s) of this build and of
+/// the build with a poll every 21 ms, storm after storm, one pair after the other.
+pub(crate) struct Load {
+    pub(crate) storms: Vec<Storm>,
+    pub(crate) quiets: Vec<Quiet>,
+    pub(crate) pairs: Vec<(f64, f64)>,
+}
+
 /// The quiet node, for one policy.
 pub(crate) struct Quiet {
     pub(crate) role: Role,

@@ -7,8 +7,9 @@
 //! registered with `POST /vm`. The only additions are under `/sim/`, which the plugin never
 //! calls: `GET /sim/ports`, the registered ports, each with `sim-registered-ns`, when it was
 //! registered on the node's CLOCK_MONOTONIC, and `sim-ip-answered-ns`, when a `GET
-//! /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for that registration (for the benchmark's
-//! readiness lag), `GET /sim/stats`, `{"requests": N}`, every request served so far but the
+//! /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for that registration, and `sim-ip-misses` and
+//! `sim-ip-missed-ns`, how many answered 404 before it and when the last one came (for the
+//! benchmark's readiness lag), `GET /sim/stats`, `{"requests": N}`, every request served so far but the
 //! `/sim/` ones, `GET /sim/requests`, the same by method, route and status
 //! (`{"GET /vm/<vm-uuid>/<vmi-uuid> 404": n, ...}`; for the benchmark's request counts),
 //! `GET /sim/violations`, the requests a nested node must never send that it received,
@@ -177,6 +178,10 @@ struct Port {
     /// When a `GET /vm/<vm-uuid>/<vmi-uuid>` first answered 200 for this registration: the
     /// benchmark splits an ADD's readiness lag there.
     answered_ns: Option<u64>,
+    /// The `GET /vm/<vm-uuid>/<vmi-uuid>` that answered 404 for this registration before that:
+    /// how many, and when the last one came (the benchmark's floor of the poll that saw it).
+    misses: u64,
+    missed_ns: Option<u64>,
 }
 
 /// Now on CLOCK_MONOTONIC, the clock of `Instant`, which other processes can read too.
@@ -198,6 +203,8 @@ impl Port {
             since_ns,
             ready_ns: None,
             answered_ns: None,
+            misses: 0,
+            missed_ns: None,
         }
     }
 
@@ -241,6 +248,10 @@ impl Port {
             }
             if let Some(ns) = self.answered_ns {
                 v["sim-ip-answered-ns"] = ns.into();
+            }
+            v["sim-ip-misses"] = self.misses.into();
+            if let Some(ns) = self.missed_ns {
+                v["sim-ip-missed-ns"] = ns.into();
             }
             Some(v)
         });
@@ -556,6 +567,12 @@ impl Sim {
         let port = |v: &Vmi| st.ports.get(&v.spec.uuid);
         // The whole-pod form answers only once every VMI of the pod is ready.
         if wanted.is_empty() || !wanted.iter().all(|v| v.ip_ready(Self::ready(st, v), at)) {
+            if let Some(p) = vmi.and_then(|u| st.ports.get_mut(u))
+                && p.answered_ns.is_none()
+            {
+                p.misses += 1;
+                p.missed_ns = Some(at);
+            }
             return Err(not_found());
         }
         let answer = wanted.iter().map(|v| v.oper_json(pod, port(v))).collect();

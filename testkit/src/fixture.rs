@@ -222,9 +222,10 @@ impl Fixture {
         assert_eq!(self.sim.ports(), [], "port left registered");
         assert!(
             !self.node.pod_dir_exists(&self.pod),
-            "state left: reservations {:?}, pending {:?}",
+            "state left: reservations {:?}, pending {:?}; the node's warnings:\n{}",
             self.node.reservations(&self.pod),
-            self.node.pending(&self.pod)
+            self.node.pending(&self.pod),
+            self.node.warnings()
         );
     }
 }

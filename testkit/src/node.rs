@@ -138,6 +138,15 @@ impl Node {
         std::fs::read_to_string(self.config_dir.0.join("cni.log")).unwrap_or_default()
     }
 
+    /// The log's warnings and errors, for a failed assertion to say what the calls met.
+    pub fn warnings(&self) -> String {
+        let log = self.log();
+        let bad = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "));
+        bad.collect::<Vec<_>>().join("\n")
+    }
+
     /// The network config Multus hands a delegate: the NAD's config plus its injected name.
     pub fn netconf(&self, version: &str, network: &str) -> Value {
         json!({"cniVersion": version, "name": network, "type": "contrail-k8s-cni"})

@@ -34,7 +34,7 @@ pub(crate) fn markdown(opts: &Opts, r: &Report) -> String {
     parallel_pods(&mut m, r);
     node_section(&mut m, r);
     readiness_lag(&mut m, r);
-    load_section(&mut m, &r.storms, &r.quiets);
+    load_section(&mut m, &r.load);
 
     let svg = opts.svg.strip_prefix(&opts.repo).unwrap_or(&opts.svg);
     let _ = writeln!(m, "\n## Plot\n\n![latency]({})\n", svg.display());

@@ -4,7 +4,7 @@ use crate::phases::{
     disk::Disk, node::NodeRound, parallel::Parallel, readiness::Ready, single::Single, thick::Thick,
 };
 use crate::stats::stats;
-use crate::storm::{Quiet, Storm};
+use crate::storm::Load;
 
 pub(crate) struct Report {
     pub(crate) single: Single,
@@ -13,8 +13,7 @@ pub(crate) struct Report {
     pub(crate) parallel: Parallel,
     pub(crate) node: Vec<NodeRound>,
     pub(crate) ready: Ready,
-    pub(crate) storms: Vec<Storm>,
-    pub(crate) quiets: Vec<Quiet>,
+    pub(crate) load: Load,
     pub(crate) sizes_kb: Vec<(String, f64)>,
     pub(crate) warmup: usize,
     pub(crate) workers: usize,
@@ -28,19 +27,6 @@ impl Report {
     pub(crate) fn floor(&self) -> f64 {
         let s = &self.single;
         stats(&s.empty).median + stats(&s.raw.add).median + stats(&s.agent).median
-    }
-
-    /// The readiness lag's floor, ms: half the period of a waiting call's polls (the plugin's
-    /// `POLL_PERIOD`: the ready moment falls anywhere between two polls) plus the rest of the ADD
-    /// after the poll that saw the IP configuration (median).
-    pub(crate) fn ready_floor(&self) -> f64 {
-        poll_half() + self.ready.rest.median
-    }
-
-    /// How far the median lag of these samples may stray from the floor by chance: the
-    /// standard error of the median of n phases uniform over a poll period, P / (2 sqrt n).
-    pub(crate) fn ready_noise(&self) -> f64 {
-        poll_half() / (self.ready.lag.n.max(1) as f64).sqrt()
     }
 
     /// Agent requests of one ADD and of one DEL with the agent answering at once (medians).
