@@ -64,35 +64,22 @@ pub(crate) const COVERAGE: f64 = 0.95;
 /// The median of `v` and its interval of at least [`COVERAGE`]; `None` when `v` is too small
 /// to have one (fewer than 6 values: even min to max covers less).
 pub(crate) fn median_interval(v: &[f64]) -> Option<Interval> {
+    use statrs::distribution::{Binomial, DiscreteCDF};
     let n = v.len();
+    let below = Binomial::new(0.5, n as u64).ok()?;
+    // The largest k with P(B <= k - 1) <= (1 - COVERAGE) / 2: [x(k), x(n + 1 - k)].
+    let tail = (1.0 - COVERAGE) / 2.0;
+    let k = (1..=n / 2)
+        .take_while(|&k| below.cdf(k as u64 - 1) <= tail)
+        .last()?;
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    // P(B <= j) for B ~ binomial(n, 1/2), from the log of each term (n may be in the hundreds).
-    let ln_half_n = n as f64 * 0.5f64.ln();
-    let mut ln_choose = 0.0f64;
-    let mut below = 0.0f64;
-    // The largest k with P(B <= k - 1) <= (1 - COVERAGE) / 2: [s[k-1], s[n-k]] (1-based k).
-    let mut k = 0;
-    for j in 0..n {
-        if j > 0 {
-            ln_choose += ((n - j + 1) as f64 / j as f64).ln();
-        }
-        let next = below + (ln_choose + ln_half_n).exp();
-        if next > (1.0 - COVERAGE) / 2.0 {
-            break;
-        }
-        below = next;
-        k = j + 1;
-    }
-    if k == 0 {
-        return None;
-    }
     Some(Interval {
         n,
         median: stats(v).median,
         low: s[k - 1],
         high: s[n - k],
-        coverage: 1.0 - 2.0 * below,
+        coverage: 1.0 - 2.0 * below.cdf(k as u64 - 1),
     })
 }
 
