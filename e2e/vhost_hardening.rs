@@ -202,6 +202,12 @@ fn device_infos(d: &Dpdk) -> Vec<String> {
     names.map(|n| n.to_string_lossy().into_owned()).collect()
 }
 
+/// Removes what a case left of the pod's directory (the pod's plants), for the next case.
+fn clear_pod_dir(d: &Dpdk) {
+    let _ = std::fs::remove_file(d.pod_dir());
+    let _ = std::fs::remove_dir_all(d.pod_dir());
+}
+
 /// `inspect`'s row for the pod's directory under `vhost-dir`.
 fn inspect_row(d: &Dpdk) -> Option<Value> {
     let host = d.pod_dir().display().to_string();
@@ -274,8 +280,7 @@ fn whatever_a_pod_puts_at_the_plugins_names_every_release_completes_and_leaves_i
                     .contains("left alone, not this plugin's to remove"),
                 "{case}"
             );
-            let _ = std::fs::remove_file(d.pod_dir());
-            let _ = std::fs::remove_dir_all(d.pod_dir());
+            clear_pod_dir(&d);
         }
         if let Some(w) = watch {
             w.terminate();
@@ -336,8 +341,7 @@ fn a_newer_sandbox_taking_the_attachment_over_releases_the_older_ones_whatever_t
         assert_released(&d, &case);
         victim.assert_untouched(&case);
         assert!(plant.is_there(&d), "{case}: the takeover removed the pod's");
-        let _ = std::fs::remove_file(d.pod_dir());
-        let _ = std::fs::remove_dir_all(d.pod_dir());
+        clear_pod_dir(&d);
     }
     d.assert_nothing_left();
 }
@@ -373,8 +377,7 @@ fn whatever_a_pod_put_at_the_plugins_names_before_add_an_add_writes_over_none_of
         sandbox.call(&d, "DEL").assert_ok();
         assert_released(&d, &case);
         assert!(plant.is_there(&d), "{case}: DEL removed the pod's");
-        let _ = std::fs::remove_file(d.pod_dir());
-        let _ = std::fs::remove_dir_all(d.pod_dir());
+        clear_pod_dir(&d);
     }
     d.assert_nothing_left();
 }
