@@ -115,6 +115,29 @@ fn kill_all(adds: Vec<Add>) {
     }
 }
 
+/// `command` of `pod`'s eth0 in its sandbox, at once; it succeeds.
+fn eth0(node: &Node, command: &str, pod: &PodSpec, cid: &str, ns: &Netns) {
+    node.cni(command)
+        .container(cid)
+        .netns(&ns.path())
+        .ifname("eth0")
+        .args(&pod.multus_args(cid))
+        .run(&node.netconf("1.0.0", "contrail-k8s-cni"))
+        .assert_ok();
+}
+
+/// `pod`'s eth0 DELeted; how long the DEL waited for its turns, as it measured it (its
+/// metrics file): not its wall time, which a busy machine stretches.
+fn detach(node: &mut Node, pod: &PodSpec, cid: &str, ns: &Netns) -> f64 {
+    let collector = TempDir::new();
+    let metrics = collector.0.join("metrics.prom");
+    node.set("metrics-file", json!(metrics));
+    eth0(node, "DEL", pod, cid, ns);
+    node.set("metrics-file", Value::Null);
+    assert_eq!(ns.ifnames(), ["lo"]);
+    budget_wait(&metrics, "DEL")
+}
+
 /// The time a call of `command` waited for its turns, as it measured it (its metrics file).
 fn budget_wait(metrics: &std::path::Path, command: &str) -> f64 {
     let text = std::fs::read_to_string(metrics).unwrap();
@@ -182,6 +205,26 @@ fn longest_poll_gaps(log: &[(u64, String)]) -> BTreeMap<String, (Duration, usize
         }
     }
     gaps
+}
+
+/// One line per request of `own` in `log`: when it arrived, in ms after the log's first, and
+/// how many others arrived before it since the previous one.
+fn timeline(log: &[(u64, String)], own: impl Fn(&str) -> bool) -> String {
+    let Some(&(start, _)) = log.first() else {
+        return String::new();
+    };
+    let mut others = 0;
+    let mut lines = Vec::new();
+    for (t, request) in log {
+        if own(request) {
+            let ms = (t - start) as f64 / 1e6;
+            lines.push(format!("  {ms:8.1} ms  {request}  (after {others} others)"));
+            others = 0;
+        } else {
+            others += 1;
+        }
+    }
+    lines.join("\n")
 }
 
 /// DEL of each pod's eth0, then nothing of them may be left. The test's budget is lifted
@@ -295,7 +338,7 @@ fn calls_killed_or_stopped_while_they_wait_for_turns_hold_up_nobody() {
 }
 
 #[test]
-fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resumed() {
+fn calls_stopped_until_their_turns_passed_resume_within_the_budget_and_behind_a_del() {
     let (n, rate) = (60, 20);
     let mut pods = pods(n, 60_000);
     // One call not stopped: its polls book behind the frozen calls' turns, so its second poll
@@ -304,8 +347,14 @@ fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resu
         VmiSpec::new("default", 201).with("ip-delay-ms", json!(60_000)),
     ]);
     pods.push(witness.clone());
-    let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
+    // And one attached before them, whose DEL comes as they resume.
+    let early = PodSpec::new(vec![VmiSpec::new("default", 202)]);
+    let mut all = pods.clone();
+    all.push(early.clone());
+    let sim = Sim::start(&all.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 40);
+    let (early_ns, early_cid) = (Netns::new(), uuid());
+    eth0(&node, "ADD", &early, &early_cid, &early_ns);
     let (nss, cids) = sandboxes(&pods);
     let adds = start_all(&node, &pods, &cids, &nss);
     wait_for("every registration", Duration::from_secs(30), || {
@@ -334,6 +383,14 @@ fn calls_stopped_until_their_turns_passed_send_no_more_than_the_budget_when_resu
     // All at once, every one of them past its turn: they go no faster than the budget.
     let resumed = received(&sim).len();
     signal("-CONT");
+    // Late for their turns, they crowd the admission of the node's sends; the DEL's requests
+    // still go first, not among them (a wait of a slot each, not of the crowd's length).
+    let waited = detach(&mut node, &early, &early_cid, &early_ns);
+    let crowd = n as f64 / f64::from(rate);
+    assert!(
+        waited < crowd / 5.0,
+        "the DEL waited {waited}s for turns among {n} polls late for theirs"
+    );
     wait_for(
         "a round of polls after the resume",
         Duration::from_secs(30),
@@ -417,17 +474,8 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     pods.push(late.clone());
     let sim = Sim::start(&pods.iter().collect::<Vec<_>>(), &["--log-requests"]);
     let mut node = node(&sim, rate, 60);
-    let early_ns = Netns::new();
-    let early_cid = uuid();
-    let conf = node.netconf("1.0.0", "contrail-k8s-cni");
-    let args = early.multus_args(&early_cid);
-    node.cni("ADD")
-        .container(&early_cid)
-        .netns(&early_ns.path())
-        .ifname("eth0")
-        .args(&args)
-        .run(&conf)
-        .assert_ok();
+    let (early_ns, early_cid) = (Netns::new(), uuid());
+    eth0(&node, "ADD", &early, &early_cid, &early_ns);
     let crowd = &pods[..n];
     let (mut nss, mut cids) = sandboxes(crowd);
     let adds = start_all(&node, crowd, &cids, &nss);
@@ -481,36 +529,24 @@ fn an_adds_first_requests_registrations_and_dels_go_before_a_queue_of_polls() {
     );
     let log = received(&sim);
     let at = log.iter().position(|(_, r)| *r == registered).unwrap();
-    let others = log[before.min(at)..at]
-        .iter()
-        .filter(|(_, r)| !r.contains(&late.vm_name()))
-        .count();
+    let since_lock = &log[before.min(at)..=at];
+    let own = |r: &str| r.contains(&late.vm_name()) || r.contains(vmi.as_str());
+    let others = since_lock.iter().filter(|(_, r)| !own(r)).count();
     // Behind the queue, a round of polls (n) would go first; before it, the polls that the
     // budget sends while the late ADD does its own steps (a second or two of them, at `rate`, on
     // a machine whose every core is busy).
     assert!(
         others < n / 2,
-        "{others} of the crowd's requests went between the late ADD's lock and its registration"
+        "{others} of the crowd's requests went between the late ADD's lock and its registration; \
+         its requests (ms after the first request since the lock, the crowd's before each):\n{}",
+        timeline(since_lock, own)
     );
-    // The DEL's own wait for its turns, as it measured it (its metrics; the crowd's calls
-    // started without a metrics file): not its wall time, which a busy machine stretches.
-    let collector = TempDir::new();
-    let metrics = collector.0.join("metrics.prom");
-    node.set("metrics-file", json!(metrics));
-    node.cni("DEL")
-        .container(&early_cid)
-        .netns(&early_ns.path())
-        .ifname("eth0")
-        .args(&args)
-        .run(&conf)
-        .assert_ok();
-    let waited = budget_wait(&metrics, "DEL");
+    // The DEL's own wait for its turns (the crowd's calls started without a metrics file).
+    let waited = detach(&mut node, &early, &early_cid, &early_ns);
     assert!(
         waited < queue.as_secs_f64() / 4.0,
         "the DEL waited {waited}s for turns with polls queued {queue:?} ahead"
     );
-    node.set("metrics-file", Value::Null);
-    assert_eq!(early_ns.ifnames(), ["lo"]);
     let (ok, printed, _) = late_add.finish();
     assert!(ok, "{printed}");
     assert_eq!(late_ns.mac("eth0"), late.vmis[0].mac);

@@ -35,7 +35,10 @@
 //!   schedule of the node's sends (GCRA, the rate with both lanes' bursts): a request whose
 //!   slot passed while its call was not scheduled waits there for the next free instant instead
 //!   of going with every other late one at once, so that no second ever holds more than the
-//!   rate and the bursts.
+//!   rate and the bursts. The lane ahead keeps its place there too: late polls are admitted
+//!   within one burst, its requests within both, so that a crowd of polls a starved CPU made
+//!   late does not queue before a registration or a DEL (they would wait among them, for as
+//!   long as the crowd lasts: polls come at the whole rate, and the crowd never drains).
 //!
 //! The schedule is GCRA ("virtual scheduling", as traffic shapers and rate limiters use it) in
 //! nanoseconds of CLOCK_MONOTONIC, which every process of the node shares and no clock step
@@ -145,10 +148,15 @@ impl Rate {
 
     /// A request's admission, its turn come, when the node's sends are scheduled up to `sent`:
     /// the instant it may go (now, unless the requests admitted before it went faster than the
-    /// rate with both lanes' bursts allow) and where the schedule then ends. On time, a request
-    /// is admitted at once: its lane already spaced it.
-    pub(crate) fn admit(self, sent: u64, now: u64) -> (u64, u64) {
-        let at = now.max(sent.saturating_sub(self.tolerance * 2 + self.interval));
+    /// rate with both lanes' bursts allow, or a poll, with its own lane's burst) and where the
+    /// schedule then ends. On time, a request is admitted at once: its lane already spaced it.
+    pub(crate) fn admit(self, sent: u64, now: u64, ahead_of_polls: bool) -> (u64, u64) {
+        let bursts = if ahead_of_polls {
+            self.tolerance * 2 + self.interval
+        } else {
+            self.tolerance
+        };
+        let at = now.max(sent.saturating_sub(bursts));
         (at, at.max(sent) + self.interval)
     }
 
@@ -479,7 +487,8 @@ impl Budget {
                 wait_for(slot, limit, stop)?;
             }
         }
-        self.admit(s, limit, &sane, stop)?;
+        let ahead_of_polls = matches!(class, Class::Ahead | Class::Registration);
+        self.admit(s, ahead_of_polls, limit, &sane, stop)?;
         Ok(started.elapsed())
     }
 
@@ -529,13 +538,16 @@ impl Budget {
     fn admit(
         &self,
         s: &Shared,
+        ahead_of_polls: bool,
         limit: u64,
         sane: &dyn Fn(u64) -> u64,
         stop: &dyn Fn() -> bool,
     ) -> Result<(), NoTurn> {
         loop {
             let now = now_ns();
-            match book(&s.sent, now, |sent| self.rate.admit(sane(sent), now)) {
+            match book(&s.sent, now, |sent| {
+                self.rate.admit(sane(sent), now, ahead_of_polls)
+            }) {
                 Ok(_) => return Ok(()),
                 Err(at) => wait_for(|| at, limit, stop)?,
             }
@@ -705,22 +717,53 @@ mod tests {
         let rate = Rate::per_second(200);
         let now = 1_000 * MS;
         // 300 requests whose slots passed while their calls were not scheduled, all awake at
-        // once: both lanes' bursts go at once, the rest one slot apart, each at the first free
-        // instant.
+        // once, every tenth a request ahead of polls: the bursts go at once, the rest one slot
+        // apart, each at the first free instant.
         let mut sent = 0;
-        let at: Vec<u64> = (0..300)
+        let mut admit = |ahead_of_polls| {
+            let (at, end) = rate.admit(sent, now, ahead_of_polls);
+            sent = end;
+            at
+        };
+        let at: Vec<u64> = (0..300).map(|i| admit(i % 10 == 9)).collect();
+        let in_a_second = at.iter().filter(|&&t| t < now + 1_000 * MS).count() as u64;
+        assert!(in_a_second < 200 + 2 * BURST, "{in_a_second}");
+        // Polls alone: their lane's burst at once, then one slot apart.
+        let mut sent = 0;
+        let polls: Vec<u64> = (0..300)
             .map(|_| {
-                let (at, end) = rate.admit(sent, now);
+                let (at, end) = rate.admit(sent, now, false);
                 sent = end;
                 at
             })
             .collect();
-        assert!(at[..2 * BURST as usize].iter().all(|&t| t == now), "{at:?}");
-        assert_eq!(at[2 * BURST as usize] - now, 5 * MS);
-        let in_a_second = at.iter().filter(|&&t| t < now + 1_000 * MS).count() as u64;
-        assert_eq!(in_a_second, 200 + 2 * BURST - 1);
+        assert!(
+            polls[..BURST as usize].iter().all(|&t| t == now),
+            "{polls:?}"
+        );
+        assert_eq!(polls[BURST as usize] - now, 5 * MS);
         // On time, a request is admitted at once.
-        assert_eq!(rate.admit(now - 10 * MS, now).0, now);
+        assert_eq!(rate.admit(now - 10 * MS, now, false).0, now);
+    }
+
+    #[test]
+    fn late_polls_do_not_admit_before_a_request_ahead_of_them() {
+        let rate = Rate::per_second(200);
+        let now = 1_000 * MS;
+        // A crowd of late polls holds the schedule at its edge: the next poll waits a slot...
+        let mut sent = 0;
+        for _ in 0..BURST {
+            sent = rate.admit(sent, now, false).1;
+        }
+        assert_eq!(rate.admit(sent, now, false).0, now + 5 * MS);
+        // ...requests ahead of it go at once, a burst of them, and push it back by theirs.
+        for _ in 0..BURST {
+            let (at, end) = rate.admit(sent, now, true);
+            assert_eq!(at, now);
+            sent = end;
+        }
+        assert_eq!(rate.admit(sent, now, false).0, now + (BURST + 1) * 5 * MS);
+        assert_eq!(rate.admit(sent, now, true).0, now + 5 * MS);
     }
 
     #[test]
