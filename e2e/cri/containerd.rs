@@ -463,15 +463,7 @@ impl Containerd {
 
     /// The sandbox's network namespace, as containerd's runtime spec names it.
     pub fn netns(&self, id: &str) -> String {
-        let (_, info) = self.status(id);
-        info["runtimeSpec"]["linux"]["namespaces"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["type"] == "network")
-            .and_then(|n| n["path"].as_str())
-            .unwrap_or_else(|| panic!("no network namespace in {info}"))
-            .to_string()
+        netns_in_runtime_spec(&self.status(id).1["runtimeSpec"])
     }
 
     #[track_caller]

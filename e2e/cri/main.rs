@@ -301,15 +301,6 @@ fn kubelet_cleans_up(cd: &Containerd) -> Vec<String> {
     ids
 }
 
-/// The links of the node (the test's own network namespace).
-fn node_links() -> Vec<String> {
-    let links: Vec<Value> = serde_json::from_str(&sh("ip", &["-j", "link", "show"])).unwrap();
-    links
-        .iter()
-        .map(|l| l["ifname"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// RunPodSandbox with the plugin as the cluster network: kubelet's view, the pod's eth0, the
 /// agent's registration, then StopPodSandbox and RemovePodSandbox leave nothing.
 fn run_pod_sandbox_gets_the_vmi_as_the_pods_network(v: Version) {

@@ -204,15 +204,6 @@ fn crashed_runtimes_leftover(node: &Node, pod: &PodSpec) -> File {
     holder
 }
 
-/// The links of the node (the test's own network namespace).
-fn node_links() -> Vec<String> {
-    let links: Vec<Value> = serde_json::from_str(&sh("ip", &["-j", "link", "show"])).unwrap();
-    links
-        .iter()
-        .map(|l| l["ifname"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// Waits for CRI-O's GC of the plugin at the start that began with call `from` (it runs once
 /// STATUS first passed, beside the CRI): that GC call.
 #[track_caller]

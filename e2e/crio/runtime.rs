@@ -459,15 +459,7 @@ impl Crio {
 
     /// The sandbox's network namespace, as CRI-O's runtime spec names it.
     pub fn netns(&self, id: &str) -> String {
-        let info = self.inspect(id);
-        info["info"]["runtimeSpec"]["linux"]["namespaces"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["type"] == "network")
-            .and_then(|n| n["path"].as_str())
-            .unwrap_or_else(|| panic!("no network namespace in {info}"))
-            .to_string()
+        netns_in_runtime_spec(&self.inspect(id)["info"]["runtimeSpec"])
     }
 
     /// The network namespaces CRI-O has pinned (`<namespaces_dir>/netns`).

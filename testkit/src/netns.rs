@@ -239,6 +239,28 @@ pub fn host_link_exists(name: &str) -> bool {
     Path::new("/sys/class/net").join(name).exists()
 }
 
+/// The links of the node (the test's own network namespace).
+pub fn node_links() -> Vec<String> {
+    let links: Vec<Value> = serde_json::from_str(&sh("ip", &["-j", "link", "show"])).unwrap();
+    links
+        .iter()
+        .map(|l| l["ifname"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The network namespace an OCI runtime spec gives its container (a sandbox's, as a runtime
+/// reports it).
+pub fn netns_in_runtime_spec(spec: &Value) -> String {
+    spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "network")
+        .and_then(|n| n["path"].as_str())
+        .unwrap_or_else(|| panic!("no network namespace in {spec}"))
+        .to_string()
+}
+
 /// A host link the test created (a bridge a plugin made, a macvlan master), deleted on drop.
 pub struct HostLink(pub String);
 
